@@ -3,8 +3,9 @@
 `TableVariables` is the part of the host engine that owns the tables and
 slots. It creates them with the object graph and names of TensorFlow's
 `TPUEmbedding` / `TPUEmbeddingForServing` (so checkpoints move between
-them), shards them over parameter servers when asked, refuses checkpoints
-of another configuration, and reads rows in id order (`gather_rows`).
+them), initializes big ones in blocks of rows (`tfemb.initialization`),
+shards them over parameter servers when asked, refuses checkpoints of
+another configuration, and reads rows in id order (`gather_rows`).
 
 Subclasses provide `_table_config` (the TableConfigs), `_strategy`,
 `_built`, `_partitioner` and `_variables` (set by `build`).
@@ -17,6 +18,8 @@ from typing import Any, Dict
 import tensorflow as tf
 from tensorflow.python.distribute import sharded_variable  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.trackable import autotrackable
+
+from tfemb import initialization
 
 
 class TableVariables(autotrackable.AutoTrackable):
@@ -45,6 +48,10 @@ class TableVariables(autotrackable.AutoTrackable):
           f"ParameterServerStrategy, not {type(self._strategy).__name__}.")
     self._partitioner = partitioner
 
+  def _is_partitioned(self) -> bool:
+    """True under ParameterServerStrategy (tables may be sharded)."""
+    return hasattr(self._strategy.extended, "_variable_partitioner")
+
   @contextlib.contextmanager
   def _partitioning(self):
     """The strategy's variable partitioner, or `table_partitioner`."""
@@ -68,14 +75,21 @@ class TableVariables(autotrackable.AutoTrackable):
 
     def getter(name, shape, dtype, initializer, trainable):
       del shape  # The tracking code may clear it; use the table's.
+      blocks = None
+      if not self._is_partitioned():
+        blocks = initialization.block_rows(initializer, table_shape, dtype)
       try:
-        return tf.Variable(
+        variable = tf.Variable(
             name=name,
-            initial_value=functools.partial(initializer, table_shape,
-                                            dtype=dtype),
+            initial_value=(
+                initialization.uninitialized(table_shape, dtype) if blocks
+                else functools.partial(initializer, table_shape, dtype=dtype)),
             shape=table_shape,
             dtype=dtype,
             trainable=trainable)
+        if blocks:
+          initialization.fill_in_blocks(variable, initializer, blocks)
+        return variable
       except ValueError as e:  # a restored value of another shape
         raise ValueError(
             f"Table {table.name!r} ({name}): expected shape {table_shape} "
