@@ -266,8 +266,8 @@ class HostEmbedding(table_variables.TableVariables):
         if self._features[i].validate_weights_and_indices:
           checks += validation.id_range(self._paths[i], lookup.ids, vocab)
       all_checks += checks
-      with tf.control_dependencies(checks):
-        all_ids = tf.concat([lookup.ids for _, lookup in members], axis=0)
+      with tf.control_dependencies(checks):  # no gather before the checks
+        all_ids = tf.identity(_concat([lookup.ids for _, lookup in members]))
       unique_ids, idx = tf.unique(all_ids, out_idx=tf.int64)
       sizes = [tf.size(lookup.ids) for _, lookup in members]
       positions = tf.split(idx, sizes) if len(members) > 1 else [idx]
@@ -298,11 +298,19 @@ class HostEmbedding(table_variables.TableVariables):
         if lookup.segments is not None:
           emb = tf.math.unsorted_segment_sum(emb, lookup.segments,
                                              lookup.num_segments)
-        emb = tf.reshape(
-            emb, tf.concat([lookup.output_shape, [table.dim]], axis=0))
+        if lookup.static_shape.is_fully_defined():  # known when traced
+          shape = lookup.static_shape.concatenate([table.dim])
+          if emb.shape != shape:
+            emb = tf.reshape(emb, shape.as_list())
+        else:
+          emb = tf.reshape(
+              emb, tf.concat([lookup.output_shape, [table.dim]], axis=0))
         static = static_shapes[i] if static_shapes else lookup.static_shape
-        out[i] = tf.ensure_shape(emb, static.concatenate([table.dim])
-                                 if static.rank is not None else None)
+        if static.rank is not None:
+          static = static.concatenate([table.dim])
+          if not (emb.shape.is_fully_defined() and emb.shape == static):
+            emb = tf.ensure_shape(emb, static)
+        out[i] = emb
     return [out[i] for i in feature_ids], gathered
 
   @_no_autograph
@@ -418,7 +426,7 @@ class HostEmbedding(table_variables.TableVariables):
       write()
     else:  # "skip": the whole step, for every table, and count it
       finite = tf.reduce_all(
-          [tf.reduce_all(tf.math.is_finite(g)) for _, _, _, g in updates])
+          [validation.all_finite(g) for _, _, _, g in updates])
       tf.cond(finite, write, self._count_skipped_step)
 
   def _advance_learning_rates(self):
@@ -594,10 +602,13 @@ class HostEmbedding(table_variables.TableVariables):
       if lookup.scales is not None:
         grad = grad * lookup.scales[:, None]
       entry_grads.append(grad)
-    idx = tf.concat(table_batch.positions, axis=0)
     return tf.math.unsorted_segment_sum(
-        tf.concat(entry_grads, axis=0), idx,
+        _concat(entry_grads), _concat(table_batch.positions),
         tf.size(table_batch.unique_ids, out_type=tf.int64)), checks
+
+def _concat(tensors):
+  return tensors[0] if len(tensors) == 1 else tf.concat(tensors, axis=0)
+
 
 def _quantize(rows, config):
   """Simulated quantization of looked-up rows (QuantizationConfig)."""

@@ -10,33 +10,59 @@ flag) turns off the id range, sparse index order and weight shape checks
 for speed. Then an id >= vocabulary_size still fails in the CPU gather (with
 TensorFlow's message, which does not name the feature) but reads zeros on a
 GPU, and a negative id or a mismatched weight is not caught.
+
+Each check is one `Assert` op on a condition computed with a few cheap ops
+(not `tf.debugging.assert_*`, whose graph form wraps the assertion in a
+conditional, a function call per check and step), and checks whose answer
+the static shapes already give add no op at all.
 """
 
 from typing import List
 
+import numpy as np
 import tensorflow as tf
+
+
+def _assert(condition, message) -> List[tf.Operation]:
+  """One Assert op; eagerly it raises InvalidArgumentError at once."""
+  return [tf.raw_ops.Assert(condition=condition, data=[message])]
+
+
+def _assert_equal(pairs, message) -> List[tf.Operation]:
+  """Each pair equal: checked now where both are static (a ValueError, as
+  `tf.debugging.assert_equal` raises), else by one Assert op."""
+  dynamic = []
+  for a, b in pairs:
+    a_value, b_value = tf.get_static_value(a), tf.get_static_value(b)
+    if a_value is None or b_value is None:
+      dynamic.append(tf.reduce_all(tf.equal(tf.cast(a, tf.int64),
+                                            tf.cast(b, tf.int64))))
+    elif not np.array_equal(a_value, b_value):
+      raise ValueError(message)
+  if not dynamic:
+    return []
+  return _assert(dynamic[0] if len(dynamic) == 1 else
+                 tf.reduce_all(dynamic), message)
 
 
 def id_range(path, ids, vocabulary_size) -> List[tf.Operation]:
   """Every id in `[0, vocabulary_size)`."""
   message = (f"Feature {path!r}: ids must be in [0, {vocabulary_size}) "
              "(the table's vocabulary_size).")
-  return [
-      tf.debugging.assert_non_negative(ids, message=message),
-      tf.debugging.assert_less(ids, tf.constant(vocabulary_size, tf.int64),
-                               message=message),
-  ]
+  # As unsigned numbers, negative ids are above any vocabulary size.
+  return _assert(
+      tf.reduce_all(tf.cast(ids, tf.uint64) < vocabulary_size), message)
 
 
 def sparse_order(path, x: tf.SparseTensor) -> List[tf.Operation]:
   """Indices in row-major order with no duplicates (`tf.sparse.reorder`)."""
   strides = tf.math.cumprod(x.dense_shape, exclusive=True, reverse=True)
   linear = tf.reduce_sum(x.indices * strides, axis=1)
-  return [tf.debugging.assert_equal(
-      tf.reduce_all(linear[1:] > linear[:-1]), True,
-      message=(f"Feature {path!r}: the SparseTensor's indices must be sorted "
-               "in row-major order with no duplicates; use tf.sparse.reorder "
-               "(and merge duplicate entries)."))]
+  return _assert(
+      tf.reduce_all(linear[1:] > linear[:-1]),
+      f"Feature {path!r}: the SparseTensor's indices must be sorted in "
+      "row-major order with no duplicates; use tf.sparse.reorder (and merge "
+      "duplicate entries).")
 
 
 def weights_match(path, x, w) -> List[tf.Operation]:
@@ -44,29 +70,35 @@ def weights_match(path, x, w) -> List[tf.Operation]:
   message = (f"Feature {path!r}: weights must have the same shape as the ids "
              "(the same sparse indices or ragged row splits).")
   if isinstance(x, tf.SparseTensor):
-    return [
-        tf.debugging.assert_equal(tf.shape(w.indices), tf.shape(x.indices),
-                                  message=message),
-        tf.debugging.assert_equal(w.dense_shape, x.dense_shape,
-                                  message=message),
-    ]
-  return [
-      tf.debugging.assert_equal(tf.shape(w.row_splits),
-                                tf.shape(x.row_splits), message=message),
-      tf.debugging.assert_equal(tf.shape(w.values), tf.shape(x.values),
-                                message=message),
-  ]
+    pairs = [(tf.shape(w.indices, tf.int64), tf.shape(x.indices, tf.int64)),
+             (w.dense_shape, x.dense_shape)]
+  else:
+    pairs = [(tf.shape(w.row_splits, tf.int64),
+              tf.shape(x.row_splits, tf.int64)),
+             (tf.shape(w.values, tf.int64), tf.shape(x.values, tf.int64))]
+  return _assert_equal(pairs, message)
 
 
 def gradient_rows(path, grad, rows) -> List[tf.Operation]:
   """A feature's gradient has one row of `dim` per activation row."""
-  return [tf.debugging.assert_equal(
-      tf.shape(grad, out_type=tf.int64)[0], tf.cast(rows, tf.int64),
-      message=(f"Feature {path!r}: the gradient must have the shape of its "
-               "dequeued activations."))]
+  grad_rows = grad.shape[0]
+  if grad_rows is None:
+    grad_rows = tf.shape(grad, out_type=tf.int64)[0]
+  return _assert_equal(
+      [(grad_rows, tf.cast(rows, tf.int64))],
+      f"Feature {path!r}: the gradient must have the shape of its dequeued "
+      "activations.")
+
+
+def all_finite(x) -> tf.Tensor:
+  """True iff every element of `x` is finite: x * 0 is 0 for a finite x and
+  NaN for NaN or +-Inf, so the sum is NaN exactly when one is not finite
+  (a multiply and a sum: cheaper than CheckNumerics or IsFinite + All)."""
+  return tf.math.is_finite(tf.reduce_sum(x * 0.0))
 
 
 def finite_gradients(table_name, grads) -> List[tf.Operation]:
-  return [tf.debugging.assert_all_finite(
-      grads, message=(f"Table {table_name!r}: non-finite (NaN or Inf) "
-                      "embedding gradient; no table was updated."))]
+  return _assert(
+      all_finite(grads),
+      f"Table {table_name!r}: non-finite (NaN or Inf) embedding gradient; no "
+      "table was updated.")
