@@ -16,3 +16,5 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
   touch "$stamp"
 fi
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+# The fused CPU kernels: compiled once per machine (~10 s), cached after.
+.venv/bin/python -m tfemb.kernels

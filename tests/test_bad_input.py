@@ -205,7 +205,7 @@ def snapshot(embedding):
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_bad_input_raises_and_changes_nothing(name, mode):
+def test_bad_input_raises_and_changes_nothing(name, mode, engine_path):
   run, error, pattern = CASES[name]
   embedding = make_embedding()
   features, weights = good_inputs()
@@ -290,7 +290,7 @@ def test_table_shared_by_two_objects_with_different_optimizers():
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
-def test_non_finite_gradients_can_skip_the_step(mode):
+def test_non_finite_gradients_can_skip_the_step(mode, engine_path):
   embedding = make_embedding()
   embedding.non_finite_gradients = "skip"
   features, weights = good_inputs()

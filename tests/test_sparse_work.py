@@ -1,7 +1,8 @@
 """A training step works on the touched rows only.
 
 The traced step is inspected: per table one `Unique` and one gather of the
-parameters, the slots gathered and scattered row-wise, no dense read of any
+parameters, the slots gathered and scattered row-wise (with TensorFlow's
+ops), or one op of each fused kernel (`tfemb.kernels`); no dense read of any
 table or slot, and no tensor with a dimension of the vocabulary's size.
 """
 
@@ -50,15 +51,21 @@ def traced_step(opt):
 
 
 @pytest.mark.parametrize("name", list(OPTIMIZERS))
-def test_step_touches_rows_not_tables(name):
+def test_step_touches_rows_not_tables(name, engine_path):
   make, num_slots = OPTIMIZERS[name]
   graph = traced_step(make())
   ops = graph.get_operations()
   types = [op.type for op in ops]
   tables = 2
-  assert types.count("Unique") == tables
-  assert types.count("ResourceGather") == tables * (1 + num_slots)
-  assert types.count("ResourceScatterUpdate") == tables * (1 + num_slots)
+  if engine_path == "fused":
+    for kernel in ("TfembDedupGather", "TfembRowGradients", "TfembApplyRows"):
+      assert types.count(kernel) == tables, kernel
+    for op_type in ("Unique", "ResourceGather", "ResourceScatterUpdate"):
+      assert op_type not in types, op_type
+  else:
+    assert types.count("Unique") == tables
+    assert types.count("ResourceGather") == tables * (1 + num_slots)
+    assert types.count("ResourceScatterUpdate") == tables * (1 + num_slots)
   assert "ReadVariableOp" not in types
   assert "AssignVariableOp" not in types
   for op in ops:
@@ -67,7 +74,7 @@ def test_step_touches_rows_not_tables(name):
       assert VOCAB not in dims and VOCAB + 2 not in dims, (op.type, op.name)
 
 
-def test_non_lazy_adam_is_the_one_dense_update():
+def test_non_lazy_adam_is_the_one_dense_update(engine_path):
   graph = traced_step(tfemb.Adam(0.1, lazy_adam=False))
   types = [op.type for op in graph.get_operations()]
   assert types.count("AssignVariableOp") == 2 * 3

@@ -206,7 +206,7 @@ def train_step_fn(embedding, targets):
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
 @pytest.mark.parametrize("case", list(OPTIMIZERS))
-def test_steps_match_reference(case, mode):
+def test_steps_match_reference(case, mode, engine_path):
   opt_name, kwargs = OPTIMIZERS[case]
   combiner = ["mean", "sum", "sqrtn"][list(OPTIMIZERS).index(case) % 3]
   s = Scenario(opt_name, kwargs, combiner)
@@ -225,7 +225,7 @@ def test_steps_match_reference(case, mode):
 
 
 @pytest.mark.parametrize("combiner", ["mean", "sum", "sqrtn"])
-def test_every_combiner(combiner):
+def test_every_combiner(combiner, engine_path):
   s = Scenario("Adagrad", dict(learning_rate=0.2), combiner)
   targets = {k: tf.constant(v, tf.float32) for k, v in make_targets(3).items()}
   step = tf.function(train_step_fn(s.embedding, targets))
@@ -236,7 +236,7 @@ def test_every_combiner(combiner):
 
 
 @pytest.mark.parametrize("case", list(OPTIMIZERS))
-def test_untouched_rows_stay_bit_identical(case):
+def test_untouched_rows_stay_bit_identical(case, engine_path):
   opt_name, kwargs = OPTIMIZERS[case]
   s = Scenario(opt_name, kwargs, "mean")
   before = {n: v.numpy().copy()
@@ -255,7 +255,7 @@ def test_untouched_rows_stay_bit_identical(case):
                               value[:TOUCHABLE]), name
 
 
-def test_dynamic_learning_rate_is_read_every_step():
+def test_dynamic_learning_rate_is_read_every_step(engine_path):
   lr = tf.Variable(0.3)
   s = Scenario("Adam", dict(learning_rate=None), "mean",
                lr=lambda: lr * 1.0)
@@ -268,7 +268,7 @@ def test_dynamic_learning_rate_is_read_every_step():
     s.check()
 
 
-def test_none_gradient_counts_as_zero_gradient():
+def test_none_gradient_counts_as_zero_gradient(engine_path):
   # As on the TPU: the rows of a feature with no gradient are still touched,
   # so Adam's moments decay there.
   s = Scenario("Adam", dict(learning_rate=0.1), "mean")

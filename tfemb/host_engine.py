@@ -11,6 +11,12 @@ TensorFlow ops only, with the TPU's numbers (SPEC section 2):
   and their slots (resource gather, pure update, resource scatter). No tensor
   of a table's size is built in a step (non-lazy Adam excepted, as the TPU).
 
+On the CPU, a training step does the per-table parts with the fused kernels
+of `tfemb.kernels` (one op per table for the deduplication and gather, one
+for the row-gradient sum, one for the update) when they can be built and the
+table's variables are plain local CPU variables; otherwise, and for direct
+lookups, with the TensorFlow ops above. Both give the same numbers.
+
 The tables and slots themselves live in `tfemb.table_variables`; the
 update of the touched rows in `tfemb.sparse_update`.
 """
@@ -28,6 +34,7 @@ from tfemb import sparse_update
 from tfemb import table_variables
 from tfemb import update_rules
 from tfemb import validation
+from tfemb.kernels import ops as kernel_ops
 
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 _no_autograph = tf.autograph.experimental.do_not_convert
@@ -39,6 +46,10 @@ class _TableBatch(NamedTuple):
   unique_ids: tf.Tensor
   positions: List[tf.Tensor]  # per feature of this table
   features: List[int]  # flat feature indices, parallel to positions
+  # From the fused kernel: every feature's positions, concatenated, and each
+  # id's row, per feature. None: TensorFlow ops (rows gathered later).
+  fused_positions: Optional[tf.Tensor] = None
+  id_rows: Optional[List[tf.Tensor]] = None
 
 
 class _Batch(NamedTuple):
@@ -125,6 +136,7 @@ class HostEmbedding(table_variables.TableVariables):
         self._table_config.index(f.table) for f in self._features
     ]
     self._built = False
+    self._fused = None  # per table: uses tfemb.kernels (set on first step)
     self._non_finite = "raise"
     self._skipped = None
     self._partitioner = None
@@ -251,14 +263,32 @@ class HostEmbedding(table_variables.TableVariables):
           f"{unknown}; feature_config has {self._paths}.")
     return [index[p] for p in paths]
 
-  def _gather_batch(self, feature_ids, lookups) -> _Batch:
-    """Deduplicates the ids once per table (after checking their range)."""
+  def _uses_fused_kernels(self, t) -> bool:
+    """Whether training steps use `tfemb.kernels` for table `t`."""
+    if self._fused is None:
+      local = not self._is_partitioned()
+      self._fused = [
+          local and kernel_ops.usable(self._variables[table.name],
+                                      table.optimizer)
+          for table in self._table_config
+      ]
+    return self._fused[t]
+
+  def _gather_batch(self, feature_ids, lookups, training=False) -> _Batch:
+    """Deduplicates the ids once per table (after checking their range).
+
+    For training, tables that can use the fused kernels are also gathered
+    here, in the same op.
+    """
     by_table = {}
     for i, lookup in zip(feature_ids, lookups):
       by_table.setdefault(self._table_index[i], []).append((i, lookup))
     tables = [None] * len(self._table_config)
     all_checks = []
     for t, members in by_table.items():
+      if training and self._uses_fused_kernels(t):
+        tables[t] = self._fused_gather(t, members, all_checks)
+        continue
       vocab = self._table_config[t].vocabulary_size
       checks = []
       for i, lookup in members:
@@ -274,6 +304,26 @@ class HostEmbedding(table_variables.TableVariables):
       tables[t] = _TableBatch(unique_ids, positions, [i for i, _ in members])
     return _Batch(dict(zip(feature_ids, lookups)), tables, all_checks)
 
+  def _fused_gather(self, t, members, all_checks) -> _TableBatch:
+    """One kernel: the range check (naming the feature), dedup, gather."""
+    table = self._table_config[t]
+    checks = [c for _, lookup in members for c in lookup.checks]
+    with tf.control_dependencies(checks):
+      unique_ids, positions, rows = kernel_ops.dedup_gather(
+          table, self._variables[table.name]["parameters"],
+          [lookup.ids for _, lookup in members],
+          [self._paths[i] for i, _ in members])
+    # Every update of the step waits for this table's range check too.
+    all_checks += checks + [unique_ids]
+    if len(members) > 1:
+      sizes = [tf.size(lookup.ids) for _, lookup in members]
+      split_positions, id_rows = tf.split(positions, sizes), tf.split(
+          rows, sizes)
+    else:
+      split_positions, id_rows = [positions], [rows]
+    return _TableBatch(unique_ids, split_positions, [i for i, _ in members],
+                       positions, id_rows)
+
   def _activations(self, feature_ids, batch: _Batch, static_shapes):
     """Gathers each table's distinct rows once and combines per feature.
 
@@ -285,14 +335,22 @@ class HostEmbedding(table_variables.TableVariables):
       if table_batch is None:
         continue
       table = self._table_config[t]
-      rows = table_variables.gather_rows(
-          self._variables[table.name]["parameters"], table_batch.unique_ids)
-      gathered[t] = rows
-      if table.quantization_config is not None:
-        rows = _quantize(rows, table.quantization_config)
-      for i, pos in zip(table_batch.features, table_batch.positions):
+      rows = None
+      if table_batch.id_rows is None:
+        rows = table_variables.gather_rows(
+            self._variables[table.name]["parameters"], table_batch.unique_ids)
+        gathered[t] = rows
+        if table.quantization_config is not None:
+          rows = _quantize(rows, table.quantization_config)
+      for k, (i, pos) in enumerate(
+          zip(table_batch.features, table_batch.positions)):
         lookup = batch.lookups[i]
-        emb = tf.gather(rows, pos)
+        if rows is None:  # the fused kernel gathered each id's row
+          emb = table_batch.id_rows[k]
+          if table.quantization_config is not None:
+            emb = _quantize(emb, table.quantization_config)
+        else:
+          emb = tf.gather(rows, pos)
         if lookup.scales is not None:
           emb = emb * lookup.scales[:, None]
         if lookup.segments is not None:
@@ -362,7 +420,7 @@ class HostEmbedding(table_variables.TableVariables):
     self._maybe_build(shapes)
     if tpu_rules:
       self._check_output_shapes_fully_defined()
-    return self._gather_batch(feature_ids, lookups)
+    return self._gather_batch(feature_ids, lookups, training=True)
 
   def _check_output_shapes_fully_defined(self):
     """TF's TPU rule: every feature's activation shape fully known."""
@@ -403,30 +461,36 @@ class HostEmbedding(table_variables.TableVariables):
       if table_batch is None:
         continue
       ids = table_batch.unique_ids
-      grads, grad_checks = self._row_gradients(t, table_batch, batch,
-                                               flat_grads)
+      grads, grad_checks, finite = self._row_gradients(t, table_batch, batch,
+                                                       flat_grads)
       checks += grad_checks
-      w = rows[t]
+      w = rows.get(t)
       if multi_replica:  # the global batch's gradient, as the TPU sums it
         ids, grads = replicas.sum_rows_across_replicas(ids, grads)
         w = None
-      updates.append((self._table_config[t], ids, w, grads))
+      if finite is None:  # TensorFlow ops: check the summed gradient here
+        name = self._table_config[t].name
+        finite = (validation.finite_gradients(name, grads)
+                  if self._non_finite == "raise" else
+                  validation.all_finite(grads))
+      updates.append((self._table_config[t], ids, w, grads, finite))
 
     def write():
       with tf.control_dependencies(checks):
-        for table, ids, w, grads in updates:
-          sparse_update.update_table(table, self._variables[table.name],
-                                     ids, w, grads)
+        for table, ids, w, grads, _ in updates:
+          sparse_update.update_table(
+              table, self._variables[table.name], ids, w, grads,
+              fused=self._uses_fused_kernels(
+                  self._table_config.index(table)))
         self._advance_learning_rates()
       return tf.constant(True)
 
     if self._non_finite == "raise":
-      for table, _, _, grads in updates:
-        checks += validation.finite_gradients(table.name, grads)
+      for *_, finite in updates:  # assert ops, or the raising kernel
+        checks += finite
       write()
     else:  # "skip": the whole step, for every table, and count it
-      finite = tf.reduce_all(
-          [validation.all_finite(g) for _, _, _, g in updates])
+      finite = tf.reduce_all([f for *_, f in updates])
       tf.cond(finite, write, self._count_skipped_step)
 
   def _advance_learning_rates(self):
@@ -580,7 +644,10 @@ class HostEmbedding(table_variables.TableVariables):
   def _row_gradients(self, t, table_batch, batch, flat_grads):
     """Sums every id's gradient contribution per distinct row.
 
-    Returns the row gradients and the checks of the gradients' shapes.
+    Returns the row gradients, the checks of the gradients' shapes, and,
+    from the fused kernel, its finiteness check (None: not checked yet): the
+    op that raises for a non-finite gradient (policy "raise"), or whether
+    the gradient is finite (policy "skip").
     """
     dim = self._table_config[t].dim
     entry_grads, checks = [], []
@@ -602,9 +669,15 @@ class HostEmbedding(table_variables.TableVariables):
       if lookup.scales is not None:
         grad = grad * lookup.scales[:, None]
       entry_grads.append(grad)
+    if table_batch.fused_positions is not None:
+      raising = self._non_finite == "raise"
+      row_grads, finite = kernel_ops.row_gradients(
+          self._table_config[t], _concat(entry_grads),
+          table_batch.fused_positions, table_batch.unique_ids, raising)
+      return row_grads, checks, [row_grads] if raising else finite
     return tf.math.unsorted_segment_sum(
         _concat(entry_grads), _concat(table_batch.positions),
-        tf.size(table_batch.unique_ids, out_type=tf.int64)), checks
+        tf.size(table_batch.unique_ids, out_type=tf.int64)), checks, None
 
 def _concat(tensors):
   return tensors[0] if len(tensors) == 1 else tf.concat(tensors, axis=0)

@@ -2,22 +2,25 @@
 
 Gathers the touched rows of the table and of each slot, runs
 `update_rules.apply` on them, and scatters the results back (TensorFlow's
-resource gather and scatter ops, routed per shard for sharded tables).
+resource gather and scatter ops, routed per shard for sharded tables), or,
+with `fused=True`, does all of it in place in one `tfemb.kernels` op.
 Non-lazy Adam, as on the TPU, updates every row instead.
 """
 
 import tensorflow as tf
 
 from tfemb import update_rules
+from tfemb.kernels import ops as kernel_ops
 from tfemb.table_variables import gather_rows
 
 
-def update_table(table, variables, ids, w, grads):
+def update_table(table, variables, ids, w, grads, fused=False):
   """Applies the table's optimizer to the touched rows and their slots.
 
   `variables` is the table's `{"parameters": .., slot: ..}`. `w` holds the
   rows as `dequeue` gathered them (the values before this step), so the
-  parameters are not gathered twice; None: gather them.
+  parameters are not gathered twice; None: gather them. `fused`: the table
+  can take the fused kernel (`kernel_ops.usable`).
   """
   opt = table.optimizer
   if opt is None:
@@ -26,6 +29,9 @@ def update_table(table, variables, ids, w, grads):
         "or the TableConfig to train it.")
   slot_names = opt._slot_names()  # pylint: disable=protected-access
   lr = update_rules.learning_rate(opt)
+  if fused:
+    kernel_ops.apply_rows(table, variables, ids, grads, lr)
+    return
   if getattr(opt, "lazy_adam", True):
     if w is None:
       w = gather_rows(variables["parameters"], ids)

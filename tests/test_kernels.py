@@ -1,0 +1,118 @@
+"""The fused CPU kernels: built once and cached, optional, and safe.
+
+Their numbers are checked against the numpy reference by the training,
+lookup and bad-input tests, which run on both host paths (`engine_path`).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfemb
+from tfemb.kernels import build
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# One SGD step on a 6-row table: prints whether the kernels loaded, the op
+# types of the traced step and the table after the step.
+_SCRIPT = """
+import json
+import numpy as np
+import tensorflow as tf
+import tfemb
+from tfemb.kernels import build
+
+table = tfemb.TableConfig(
+    6, 2, name="t", initializer=tf.constant_initializer(
+        np.arange(12, dtype=np.float32).reshape(6, 2) / 10))
+embedding = tfemb.TPUEmbedding({"f": tfemb.FeatureConfig(table)},
+                               tfemb.SGD(0.5))
+
+@tf.function
+def step(ids):
+  embedding.enqueue({"f": ids}, training=True)
+  activations = embedding.dequeue()
+  embedding.apply_gradients({"f": tf.ones_like(activations["f"])})
+
+ids = tf.constant([1, 4, 1, 0], tf.int64)
+step(ids)
+types = [op.type for op in step.get_concrete_function(ids).graph
+         .get_operations()]
+print(json.dumps({"loaded": build.load() is not None, "types": types,
+                  "table": embedding.embedding_tables[table].numpy()
+                  .tolist()}))
+"""
+
+
+def _run(env_changes, tmp_path):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+             TFEMB_KERNEL_CACHE=str(tmp_path / "cache"), **env_changes)
+  done = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=300,
+                        check=False)
+  assert done.returncode == 0, done.stderr[-3000:]
+  return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
+def _expected_table():
+  w = np.arange(12, dtype=np.float32).reshape(6, 2) / 10
+  counts = np.bincount([1, 4, 1, 0], minlength=6).astype(np.float32)
+  return w - np.float32(0.5) * counts[:, None]
+
+
+@pytest.mark.parametrize("env", [{"CXX": "/nonexistent/c++"},
+                                 {"TFEMB_FUSED_KERNELS": "0"}],
+                         ids=["no_compiler", "disabled"])
+def test_without_the_kernels_the_engine_uses_tensorflow_ops(env, tmp_path):
+  out, stderr = _run(env, tmp_path)
+  assert not out["loaded"]
+  assert "Unique" in out["types"] and "TfembApplyRows" not in out["types"]
+  np.testing.assert_allclose(out["table"], _expected_table(), rtol=1e-6)
+  if "CXX" in env:  # said once, with the reason
+    assert "fused CPU kernels unavailable" in stderr
+    assert "no C++ compiler" in stderr
+
+
+def test_a_fresh_cache_builds_the_kernels_and_uses_them(tmp_path):
+  out, _ = _run({}, tmp_path)
+  assert out["loaded"]
+  assert out["types"].count("TfembApplyRows") == 1
+  assert "Unique" not in out["types"]
+  np.testing.assert_allclose(out["table"], _expected_table(), rtol=1e-6)
+  built = os.listdir(tmp_path / "cache")
+  assert [f for f in built if f.endswith(".so")], built
+
+
+def test_a_built_library_is_reused_without_compiling(monkeypatch):
+  path = build.build()
+  assert os.path.exists(path)
+
+  def no_compiler(*args, **kwargs):
+    raise AssertionError("compiled again")
+
+  monkeypatch.setattr(build.subprocess, "run", no_compiler)
+  assert build.build() == path
+
+
+def test_ids_out_of_range_raise_even_without_validation(engine_path):
+  # With validate_weights_and_indices=False the kernel still checks the
+  # range (it must not read outside the table), naming the feature;
+  # TensorFlow's gather raises its own error. No table changes either way.
+  table = tfemb.TableConfig(5, 2, name="t")
+  embedding = tfemb.TPUEmbedding(
+      {"f": tfemb.FeatureConfig(table, validate_weights_and_indices=False)},
+      tfemb.SGD(0.1))
+  embedding.build(2)
+  before = embedding.embedding_tables[table].numpy()
+  pattern = "Feature 'f'" if engine_path == "fused" else "5"
+  with pytest.raises(tf.errors.InvalidArgumentError, match=pattern):
+    embedding.enqueue({"f": tf.constant([1, 5], tf.int64)}, training=True)
+    activations = embedding.dequeue()
+    embedding.apply_gradients({"f": tf.ones_like(activations["f"])})
+  np.testing.assert_array_equal(embedding.embedding_tables[table].numpy(),
+                                before)

@@ -1,0 +1,3 @@
+"""Fused CPU kernels for the host engine: one op per table for the lookup,
+the row-gradient sum and the optimizer update (`embedding_kernels.cc`),
+compiled on first use (`build`), with TensorFlow ops as the fallback."""

@@ -1,0 +1,107 @@
+"""Compiles the fused CPU kernels once per machine and loads them.
+
+`embedding_kernels.cc` is compiled with the machine's C++ compiler against
+the installed TensorFlow's headers (`tf.sysconfig`), into a cache directory
+keyed by the source, TensorFlow's version and the flags, so each machine and
+TensorFlow version builds it once (about 10 seconds). Without a compiler, or
+with `TFEMB_FUSED_KERNELS=0`, `load()` returns None and the host engine uses
+TensorFlow's own ops: the same numbers, slower.
+
+Environment: `CXX` (the compiler, default `c++`), `TFEMB_KERNEL_CACHE` (the
+cache directory, default `$XDG_CACHE_HOME/tfemb` or `~/.cache/tfemb`),
+`TFEMB_FUSED_KERNELS=0` (never use the kernels).
+"""
+
+import fcntl
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from typing import List, Optional
+
+from absl import logging
+import tensorflow as tf
+
+SOURCE = os.path.join(os.path.dirname(__file__), "embedding_kernels.cc")
+# -ffp-contract=off: no fused multiply-adds, so every float operation rounds
+# as TensorFlow's own kernels round it. -fno-math-errno lets sqrt vectorize.
+CXXFLAGS = ["-shared", "-fPIC", "-O3", "-fno-math-errno", "-ffp-contract=off",
+            "-w"]
+
+
+class KernelUnavailable(RuntimeError):
+  pass
+
+
+def enabled() -> bool:
+  return os.environ.get("TFEMB_FUSED_KERNELS", "1").lower() not in (
+      "0", "false", "no", "off")
+
+
+def cache_dir() -> str:
+  if os.environ.get("TFEMB_KERNEL_CACHE"):
+    return os.environ["TFEMB_KERNEL_CACHE"]
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+      os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "tfemb")
+
+
+def _command(output: str) -> List[str]:
+  compiler = os.environ.get("CXX", "c++")
+  if shutil.which(compiler) is None:
+    raise KernelUnavailable(f"no C++ compiler ({compiler!r} not found)")
+  return ([compiler] + CXXFLAGS + tf.sysconfig.get_compile_flags() +
+          [SOURCE, "-o", output] + tf.sysconfig.get_link_flags())
+
+
+def library_path() -> str:
+  """Where this source, TensorFlow and these flags compile to."""
+  with open(SOURCE, "rb") as f:
+    key = hashlib.sha256(f.read())
+  key.update(tf.__version__.encode())
+  key.update(" ".join(CXXFLAGS + tf.sysconfig.get_compile_flags()).encode())
+  return os.path.join(cache_dir(),
+                      f"tfemb_kernels-{key.hexdigest()[:16]}.so")
+
+
+def build() -> str:
+  """Compiles the kernels unless they are in the cache; returns the path."""
+  path = library_path()
+  if os.path.exists(path):
+    return path
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  # One process compiles; the others wait for it and find the file.
+  with open(path + ".lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if os.path.exists(path):
+      return path
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
+    os.close(fd)
+    try:
+      done = subprocess.run(_command(tmp), capture_output=True, text=True,
+                            timeout=600, check=False)
+      if done.returncode != 0:
+        raise KernelUnavailable("compiling the fused kernels failed:\n" +
+                                done.stderr[-2000:])
+      os.replace(tmp, path)
+    finally:
+      if os.path.exists(tmp):
+        os.remove(tmp)
+  return path
+
+
+@functools.lru_cache(maxsize=None)
+def load() -> Optional[object]:
+  """The kernels' op module, or None (disabled, or cannot be built)."""
+  if not enabled():
+    return None
+  try:
+    return tf.load_op_library(build())
+  except (KernelUnavailable, OSError, subprocess.SubprocessError,
+          tf.errors.NotFoundError) as e:
+    logging.warning(
+        "tfemb: fused CPU kernels unavailable (%s); the host engine uses "
+        "TensorFlow ops instead (same numbers, slower).", e)
+    return None

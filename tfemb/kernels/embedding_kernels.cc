@@ -1,0 +1,593 @@
+// Fused CPU kernels for tfemb's host engine: one op per table for each part
+// of a training step, instead of 17-26 small TensorFlow ops.
+//
+//   TfembDedupGather   the table's ids (every feature that shares it) ->
+//                      distinct ids, each id's position among them, and each
+//                      id's row (one hash pass, one row copy per id). Checks
+//                      the id range first, naming the feature.
+//   TfembRowGradients  per-id gradients -> one summed gradient per distinct
+//                      row (in the order of the ids, as unsorted_segment_sum)
+//                      and whether it is finite (or an error naming the table).
+//   TfembApplyRows     the TPU's update (SPEC section 2) on the touched rows of
+//                      a table and its slots, in place: clip g, the optimizer's
+//                      rule, decoupled weight decay, clip w.
+//
+// The update's arithmetic follows tfemb/update_rules.py operation by
+// operation (the same float32 constants, the same order), so both paths give
+// the same numbers up to the rounding of sqrt/rsqrt/pow.
+
+#define EIGEN_USE_THREADS
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/resource_var.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/kernels/training_op_helpers.h"
+
+namespace tfemb {
+namespace {
+
+using ::tensorflow::DEVICE_CPU;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+using ::tensorflow::Var;
+using ::tensorflow::core::RefCountPtr;
+using ::tensorflow::shape_inference::InferenceContext;
+using CPUDevice = Eigen::ThreadPoolDevice;
+
+// --- shape functions -------------------------------------------------------
+
+absl::Status DedupGatherShape(InferenceContext* c) {
+  int64_t dim;
+  TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
+  int64_t total = 0;
+  bool known = true;
+  for (int i = 1; i < c->num_inputs(); ++i) {
+    auto n = c->Dim(c->input(i), 0);
+    if (!c->RankKnown(c->input(i)) || !c->ValueKnown(n)) {
+      known = false;
+    } else {
+      total += c->Value(n);
+    }
+  }
+  auto n = known ? c->MakeDim(total) : c->UnknownDim();
+  c->set_output(0, c->Vector(c->UnknownDim()));
+  c->set_output(1, c->Vector(n));
+  c->set_output(2, c->Matrix(n, dim));
+  return absl::OkStatus();
+}
+
+absl::Status RowGradientsShape(InferenceContext* c) {
+  auto dim = c->Dim(c->input(0), 1);
+  c->set_output(0, c->Matrix(c->Dim(c->input(2), 0), dim));
+  c->set_output(1, c->Scalar());
+  return absl::OkStatus();
+}
+
+// --- TfembDedupGather -------------------------------------------------------
+
+// Distinct values of `ids` in order of first occurrence (as tf.unique), by
+// open addressing over a power-of-two table of at least twice the ids.
+class Dedup {
+ public:
+  explicit Dedup(int64_t n) {
+    int64_t capacity = 16;
+    while (capacity < 2 * n) capacity <<= 1;
+    mask_ = capacity - 1;
+    keys_.assign(capacity, -1);
+    slots_.resize(capacity);
+  }
+
+  // The position of `id` among the distinct ids, adding it if new.
+  int64_t Insert(int64_t id) {
+    uint64_t h = static_cast<uint64_t>(id) * 0x9E3779B97F4A7C15ull;
+    int64_t i = static_cast<int64_t>(h >> 20) & mask_;
+    while (true) {
+      if (keys_[i] == id) return slots_[i];
+      if (keys_[i] < 0) {
+        keys_[i] = id;
+        slots_[i] = static_cast<int64_t>(unique_.size());
+        unique_.push_back(id);
+        return slots_[i];
+      }
+      i = (i + 1) & mask_;
+    }
+  }
+
+  const std::vector<int64_t>& unique() const { return unique_; }
+
+ private:
+  int64_t mask_;
+  std::vector<int64_t> keys_;  // -1: empty (ids are checked to be >= 0)
+  std::vector<int64_t> slots_;
+  std::vector<int64_t> unique_;
+};
+
+// Rows are read at random from tables far larger than the caches: asking for
+// a row this many rows ahead keeps several memory reads in flight.
+constexpr int64_t kPrefetchRows = 12;
+
+inline void PrefetchRow(const float* row, int64_t dim) {
+  for (int64_t d = 0; d < dim; d += 16) __builtin_prefetch(row + d);
+}
+
+inline void CopyRow(float* __restrict to, const float* __restrict from,
+                    int64_t dim) {
+  for (int64_t d = 0; d < dim; ++d) to[d] = from[d];
+}
+
+class DedupGatherOp : public OpKernel {
+ public:
+  explicit DedupGatherOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("vocabulary_size", &vocabulary_size_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("feature_names", &feature_names_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &table_name_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const int num_features = ctx->num_inputs() - 1;
+    int64_t total = 0;
+    for (int f = 0; f < num_features; ++f) {
+      const Tensor& ids = ctx->input(f + 1);
+      OP_REQUIRES(ctx, ids.dims() == 1,
+                  absl::InvalidArgumentError("ids must be a vector"));
+      const int64_t* v = ids.flat<int64_t>().data();
+      for (int64_t i = 0; i < ids.NumElements(); ++i) {
+        if (v[i] < 0 || v[i] >= vocabulary_size_) {
+          ctx->SetStatus(absl::InvalidArgumentError(absl::StrCat(
+              "Feature '", feature_names_[f], "': ids must be in [0, ",
+              vocabulary_size_, ") (the table's vocabulary_size); got ",
+              v[i], " at position ", i, ".")));
+          return;
+        }
+      }
+      total += ids.NumElements();
+    }
+
+    Tensor* positions = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({total}),
+                                             &positions));
+    int64_t* pos = positions->flat<int64_t>().data();
+    Dedup dedup(total);
+    for (int f = 0, k = 0; f < num_features; ++f) {
+      const Tensor& ids = ctx->input(f + 1);
+      const int64_t* v = ids.flat<int64_t>().data();
+      for (int64_t i = 0; i < ids.NumElements(); ++i) {
+        pos[k++] = dedup.Insert(v[i]);
+      }
+    }
+    const auto& unique = dedup.unique();
+    const int64_t u = static_cast<int64_t>(unique.size());
+    Tensor* unique_ids = nullptr;
+    OP_REQUIRES_OK(ctx,
+                   ctx->allocate_output(0, TensorShape({u}), &unique_ids));
+    std::copy(unique.begin(), unique.end(),
+              unique_ids->flat<int64_t>().data());
+
+    Tensor* rows = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({total, dim_}),
+                                             &rows));
+    RefCountPtr<Var> var;
+    OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, 0), &var));
+    OP_REQUIRES_OK(ctx, ::tensorflow::EnsureSparseVariableAccess<
+                            CPUDevice, float>(ctx, var.get()));
+    // Held for the whole copy (as ResourceGather does), so that a writer
+    // does not see a second reference and copy the whole table.
+    ::tensorflow::tf_shared_lock lock(*var->mu());
+    const Tensor& table = *var->tensor();
+    OP_REQUIRES_OK(ctx, CheckTable(table));
+    const float* src = table.flat<float>().data();
+    float* out = rows->flat<float>().data();
+    for (int64_t k = 0; k < total; ++k) {
+      if (k + kPrefetchRows < total) {
+        PrefetchRow(src + unique[pos[k + kPrefetchRows]] * dim_, dim_);
+      }
+      CopyRow(out + k * dim_, src + unique[pos[k]] * dim_, dim_);
+    }
+  }
+
+ private:
+  absl::Status CheckTable(const Tensor& table) const {
+    if (table.dtype() != ::tensorflow::DT_FLOAT || table.dims() != 2 ||
+        table.dim_size(0) != vocabulary_size_ || table.dim_size(1) != dim_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Table '", table_name_, "': expected a float32 variable of shape [",
+          vocabulary_size_, ", ", dim_, "], got ",
+          table.shape().DebugString()));
+    }
+    return absl::OkStatus();
+  }
+
+  int64_t vocabulary_size_;
+  int64_t dim_;
+  std::vector<std::string> feature_names_;
+  std::string table_name_;
+};
+
+// --- TfembRowGradients ------------------------------------------------------
+
+inline void AddRow(float* __restrict row, const float* __restrict g,
+                   int64_t dim) {
+  for (int64_t d = 0; d < dim; ++d) row[d] += g[d];
+}
+
+// No NaN or Inf: the exponent bits of a float are all ones exactly then.
+inline bool AllFinite(const float* x, int64_t n) {
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(x);
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    bad |= static_cast<uint32_t>((bits[i] & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+class RowGradientsOp : public OpKernel {
+ public:
+  explicit RowGradientsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &table_name_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("raise_non_finite", &raise_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& grads = ctx->input(0);
+    const Tensor& positions = ctx->input(1);
+    const int64_t u = ctx->input(2).NumElements();
+    OP_REQUIRES(ctx,
+                grads.dims() == 2 && positions.dims() == 1 &&
+                    grads.dim_size(0) == positions.dim_size(0),
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Table '", table_name_, "': gradients ",
+                    grads.shape().DebugString(), " do not match the ",
+                    positions.NumElements(), " ids looked up.")));
+    const int64_t n = grads.dim_size(0), dim = grads.dim_size(1);
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u, dim}), &out));
+    float* sums = out->flat<float>().data();
+    std::fill(sums, sums + u * dim, 0.0f);
+    const float* g = grads.flat<float>().data();
+    const int64_t* pos = positions.flat<int64_t>().data();
+    for (int64_t i = 0; i < n; ++i) {
+      OP_REQUIRES(ctx, pos[i] >= 0 && pos[i] < u,
+                  absl::InvalidArgumentError("position out of range"));
+      AddRow(sums + pos[i] * dim, g + i * dim, dim);
+    }
+    const bool finite = AllFinite(sums, u * dim);
+    OP_REQUIRES(ctx, finite || !raise_,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Table '", table_name_,
+                    "': non-finite (NaN or Inf) embedding gradient; no table "
+                    "was updated.")));
+    Tensor* ok = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &ok));
+    ok->scalar<bool>()() = finite;
+  }
+
+ private:
+  std::string table_name_;
+  bool raise_;
+};
+
+// --- TfembApplyRows ---------------------------------------------------------
+
+// The float32 constants of one update, as update_rules.py makes them from
+// the optimizer (computed in Python, in double, then rounded once), and the
+// step's learning rate. An open clip side is +-inf, which clips nothing.
+struct Update {
+  float lr;
+  float h[8];  // the rule's constants, in the order of tfemb/kernels/ops.py
+  float clip_g_min, clip_g_max, clip_w_min, clip_w_max;
+  bool clip_g, clip_w;
+  float decay;  // 0: no weight decay; already multiplied by lr if asked
+};
+
+// One touched row: the rule updates w and the slots s0, s1 in place from the
+// (clipped) gradient g. Each loop runs over `dim` floats with no aliasing,
+// so the compiler vectorizes it.
+template <int kRule>
+inline void RuleRow(const Update& p, const float* __restrict g,
+                    float* __restrict w, float* __restrict s0,
+                    float* __restrict s1, int64_t dim) {
+  const float lr = p.lr;
+  if (kRule == 0) {  // SGD
+    for (int64_t d = 0; d < dim; ++d) w[d] = w[d] - lr * g[d];
+  } else if (kRule == 1) {  // Adagrad
+    for (int64_t d = 0; d < dim; ++d) {
+      const float a = s0[d] + g[d] * g[d];
+      s0[d] = a;
+      w[d] = w[d] - lr * g[d] * (1.0f / std::sqrt(a));
+    }
+  } else if (kRule == 2) {  // AdagradMomentum: momentum, beta2, 1 - beta2,
+                            // epsilon, -1 / exponent, use_nesterov
+    const float momentum = p.h[0], beta2 = p.h[1], one_minus_beta2 = p.h[2];
+    const float epsilon = p.h[3], power = p.h[4];
+    const bool nesterov = p.h[5] != 0.0f, plain = beta2 == 1.0f;
+    for (int64_t d = 0; d < dim; ++d) {
+      const float a = plain ? s0[d] + g[d] * g[d]
+                            : beta2 * s0[d] + one_minus_beta2 * g[d] * g[d];
+      const float scaled = g[d] * std::pow(a + epsilon, power);
+      const float m = momentum * s1[d] + scaled;
+      const float step = nesterov ? momentum * m + scaled : m;
+      s0[d] = a;
+      s1[d] = m;
+      w[d] = w[d] - lr * step;
+    }
+  } else if (kRule == 3) {  // Adam: b1, 1 - b1, b2, 1 - b2, eps, eps * eps,
+                            // sum_inside_sqrt
+    const float b1 = p.h[0], c1 = p.h[1], b2 = p.h[2], c2 = p.h[3];
+    const float eps = p.h[4], eps2 = p.h[5];
+    if (p.h[6] != 0.0f) {
+      for (int64_t d = 0; d < dim; ++d) {
+        const float m = b1 * s0[d] + c1 * g[d];
+        const float v = b2 * s1[d] + c2 * g[d] * g[d];
+        s0[d] = m;
+        s1[d] = v;
+        w[d] = w[d] - lr * (m * (1.0f / std::sqrt(v + eps2)));
+      }
+    } else {
+      for (int64_t d = 0; d < dim; ++d) {
+        const float m = b1 * s0[d] + c1 * g[d];
+        const float v = b2 * s1[d] + c2 * g[d] * g[d];
+        s0[d] = m;
+        s1[d] = v;
+        w[d] = w[d] - lr * (m / (std::sqrt(v) + eps));
+      }
+    }
+  } else {  // FTRL (TF's ApplyFtrlV2, beta in the quadratic term): power,
+            // l1, 2 * l2, beta, multiply_linear_by_learning_rate
+    const float power = p.h[0], l1 = p.h[1], l2x2 = p.h[2], beta = p.h[3];
+    const bool by_lr = p.h[4] != 0.0f;
+    for (int64_t d = 0; d < dim; ++d) {
+      const float accum = s0[d], old_w = w[d];
+      const float new_accum = accum + g[d] * g[d];
+      float sigma, new_accum_pow;
+      if (power == 0.5f) {
+        sigma = std::sqrt(new_accum) - std::sqrt(accum);
+        new_accum_pow = std::sqrt(new_accum);
+      } else {
+        new_accum_pow = std::pow(new_accum, power);
+        sigma = new_accum_pow - std::pow(accum, power);
+      }
+      float linear, l1_limit, quadratic;
+      if (by_lr) {
+        linear = s1[d] + g[d] * lr - sigma * old_w;
+        l1_limit = l1 * lr;
+        quadratic = new_accum_pow + l2x2 * lr + beta;
+      } else {
+        linear = s1[d] + g[d] - sigma / lr * old_w;
+        l1_limit = l1;
+        quadratic = new_accum_pow / lr + l2x2 + beta / lr;
+      }
+      const float shrunk =
+          std::min(std::max(linear, -l1_limit), l1_limit) - linear;
+      s0[d] = new_accum;
+      s1[d] = linear;
+      w[d] = std::fabs(linear) > l1_limit
+                 ? shrunk / (quadratic == 0.0f ? 1.0f : quadratic)
+                 : 0.0f;
+    }
+  }
+}
+
+inline void ClipRow(float* __restrict x, const float* __restrict from,
+                    float lo, float hi, int64_t dim) {
+  for (int64_t d = 0; d < dim; ++d) x[d] = std::min(std::max(from[d], lo), hi);
+}
+
+// The whole pipeline on every touched row: clip g, rule, decay, clip w.
+template <int kRule>
+void ApplyAll(const Update& p, const int64_t* ids, const float* grads,
+              int64_t u, int64_t dim, float* w, float* s0, float* s1) {
+  std::vector<float> clipped(dim), old(dim);
+  for (int64_t r = 0; r < u; ++r) {
+    if (r + kPrefetchRows < u) {
+      const int64_t ahead = ids[r + kPrefetchRows] * dim;
+      PrefetchRow(w + ahead, dim);
+      if (s0) PrefetchRow(s0 + ahead, dim);
+      if (s1) PrefetchRow(s1 + ahead, dim);
+    }
+    const int64_t at = ids[r] * dim;
+    const float* g = grads + r * dim;
+    if (p.clip_g) {
+      ClipRow(clipped.data(), g, p.clip_g_min, p.clip_g_max, dim);
+      g = clipped.data();
+    }
+    float* wr = w + at;
+    if (p.decay != 0.0f) std::copy(wr, wr + dim, old.data());
+    RuleRow<kRule>(p, g, wr, s0 ? s0 + at : nullptr, s1 ? s1 + at : nullptr,
+                   dim);
+    if (p.decay != 0.0f) {
+      const float decay = p.decay;
+      const float* o = old.data();
+      for (int64_t d = 0; d < dim; ++d) wr[d] = wr[d] - decay * o[d];
+    }
+    if (p.clip_w) ClipRow(wr, wr, p.clip_w_min, p.clip_w_max, dim);
+  }
+}
+
+// Exclusive locks on variables, taken in the given order, released at the
+// end of the scope.
+class ExclusiveLocks {
+ public:
+  explicit ExclusiveLocks(const std::vector<Var*>& vars) : vars_(vars) {
+    for (Var* v : vars_) v->mu()->lock();
+  }
+  ~ExclusiveLocks() {
+    for (auto it = vars_.rbegin(); it != vars_.rend(); ++it) {
+      (*it)->mu()->unlock();
+    }
+  }
+
+ private:
+  std::vector<Var*> vars_;
+};
+
+class ApplyRowsOp : public OpKernel {
+ public:
+  explicit ApplyRowsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::string rule;
+    std::vector<float> h, clip_g, clip_w;
+    bool decay_by_lr;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &table_name_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("rule", &rule));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("hyperparameters", &h));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("clip_gradient", &clip_g));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("clip_weight", &clip_w));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("weight_decay_factor", &p_.decay));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("multiply_weight_decay_by_lr",
+                                     &decay_by_lr_));
+    OP_REQUIRES(ctx, clip_g.size() == 2 && clip_w.size() == 2,
+                absl::InvalidArgumentError("clip bounds: [min, max]"));
+    p_.clip_g_min = clip_g[0];
+    p_.clip_g_max = clip_g[1];
+    p_.clip_w_min = clip_w[0];
+    p_.clip_w_max = clip_w[1];
+    p_.clip_g = !std::isinf(clip_g[0]) || !std::isinf(clip_g[1]);
+    p_.clip_w = !std::isinf(clip_w[0]) || !std::isinf(clip_w[1]);
+    static const char* kRules[] = {"SGD", "Adagrad", "AdagradMomentum",
+                                   "Adam", "FTRL"};
+    static const int kSlots[] = {0, 1, 2, 2, 2};
+    static const int kConstants[] = {0, 0, 6, 7, 5};
+    rule_ = -1;
+    for (int i = 0; i < 5; ++i) {
+      if (rule == kRules[i]) rule_ = i;
+    }
+    OP_REQUIRES(ctx, rule_ >= 0,
+                absl::InvalidArgumentError("unknown rule " + rule));
+    OP_REQUIRES(ctx, ctx->num_inputs() - 4 == kSlots[rule_] &&
+                         static_cast<int>(h.size()) == kConstants[rule_],
+                absl::InvalidArgumentError(
+                    "wrong number of slots or constants for " + rule));
+    std::fill(p_.h, p_.h + 8, 0.0f);
+    std::copy(h.begin(), h.end(), p_.h);
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const int num_vars = ctx->num_inputs() - 3;  // parameters + slots
+    const Tensor& ids = ctx->input(num_vars);
+    const Tensor& grads = ctx->input(num_vars + 1);
+    Update p = p_;
+    p.lr = ctx->input(num_vars + 2).scalar<float>()();
+    if (decay_by_lr_) p.decay = p.decay * p.lr;
+    const int64_t u = ids.NumElements();
+    OP_REQUIRES(ctx,
+                grads.dims() == 2 && grads.dim_size(0) == u,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Table '", table_name_, "': ", u, " ids but gradients ",
+                    grads.shape().DebugString())));
+    const int64_t dim = grads.dim_size(1);
+
+    std::vector<RefCountPtr<Var>> vars(num_vars);
+    for (int i = 0; i < num_vars; ++i) {
+      OP_REQUIRES_OK(ctx,
+                     LookupResource(ctx, HandleFromInput(ctx, i), &vars[i]));
+      OP_REQUIRES_OK(ctx, ::tensorflow::EnsureSparseVariableAccess<
+                              CPUDevice, float>(ctx, vars[i].get()));
+    }
+    // Every variable of the table locked, in address order (as TF's
+    // MaybeLockVariableInputMutexesInOrder), for the whole update.
+    std::vector<Var*> order;
+    for (auto& v : vars) order.push_back(v.get());
+    std::sort(order.begin(), order.end());
+    order.erase(std::unique(order.begin(), order.end()), order.end());
+    ExclusiveLocks locks(order);
+    std::vector<float*> data(num_vars);
+    int64_t rows = 0;
+    for (int i = 0; i < num_vars; ++i) {
+      Tensor* t = vars[i]->tensor();
+      OP_REQUIRES(ctx,
+                  t->dtype() == ::tensorflow::DT_FLOAT && t->dims() == 2 &&
+                      t->dim_size(1) == dim &&
+                      (i == 0 || t->dim_size(0) == rows),
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "Table '", table_name_, "': variable ", i,
+                      " has shape ", t->shape().DebugString(),
+                      ", expected [rows, ", dim, "] float32")));
+      if (i == 0) rows = t->dim_size(0);
+      data[i] = t->flat<float>().data();
+    }
+    const int64_t* id = ids.flat<int64_t>().data();
+    for (int64_t r = 0; r < u; ++r) {
+      OP_REQUIRES(ctx, id[r] >= 0 && id[r] < rows,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "Table '", table_name_, "': id ", id[r],
+                      " outside [0, ", rows, ")")));
+    }
+    data.resize(3, nullptr);
+    const float* g = grads.flat<float>().data();
+    switch (rule_) {
+      case 0: ApplyAll<0>(p, id, g, u, dim, data[0], data[1], data[2]); break;
+      case 1: ApplyAll<1>(p, id, g, u, dim, data[0], data[1], data[2]); break;
+      case 2: ApplyAll<2>(p, id, g, u, dim, data[0], data[1], data[2]); break;
+      case 3: ApplyAll<3>(p, id, g, u, dim, data[0], data[1], data[2]); break;
+      default: ApplyAll<4>(p, id, g, u, dim, data[0], data[1], data[2]);
+    }
+  }
+
+ private:
+  std::string table_name_;
+  Update p_;
+  bool decay_by_lr_;
+  int rule_;
+};
+
+}  // namespace
+
+REGISTER_OP("TfembDedupGather")
+    .Input("table: resource")
+    .Input("ids: num_features * int64")
+    .Output("unique_ids: int64")
+    .Output("positions: int64")
+    .Output("embeddings: float")
+    .Attr("num_features: int >= 1")
+    .Attr("vocabulary_size: int")
+    .Attr("dim: int")
+    .Attr("feature_names: list(string)")
+    .Attr("table_name: string")
+    .SetIsStateful()
+    .SetShapeFn(DedupGatherShape);
+
+REGISTER_OP("TfembRowGradients")
+    .Input("gradients: float")
+    .Input("positions: int64")
+    .Input("unique_ids: int64")
+    .Output("row_gradients: float")
+    .Output("finite: bool")
+    .Attr("table_name: string")
+    .Attr("raise_non_finite: bool")
+    .SetShapeFn(RowGradientsShape);
+
+REGISTER_OP("TfembApplyRows")
+    .Input("parameters: resource")
+    .Input("slots: num_slots * resource")
+    .Input("ids: int64")
+    .Input("gradients: float")
+    .Input("learning_rate: float")
+    .Attr("num_slots: int >= 0")
+    .Attr("table_name: string")
+    .Attr("rule: string")
+    .Attr("hyperparameters: list(float)")
+    .Attr("clip_gradient: list(float)")
+    .Attr("clip_weight: list(float)")
+    .Attr("weight_decay_factor: float")
+    .Attr("multiply_weight_decay_by_lr: bool")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs);
+
+REGISTER_KERNEL_BUILDER(Name("TfembDedupGather").Device(DEVICE_CPU),
+                        DedupGatherOp);
+REGISTER_KERNEL_BUILDER(Name("TfembRowGradients").Device(DEVICE_CPU),
+                        RowGradientsOp);
+REGISTER_KERNEL_BUILDER(Name("TfembApplyRows").Device(DEVICE_CPU),
+                        ApplyRowsOp);
+
+}  // namespace tfemb

@@ -1,0 +1,105 @@
+"""The fused kernels as functions of the host engine's tensors and configs.
+
+`usable(variables)` tells whether a table's variables can take them: plain
+resource variables on the CPU (not mirrored, not sharded over parameter
+servers, not on a GPU). Each function below is one op per table:
+
+* `dedup_gather(table, ids, ...)`: the distinct ids of every feature of the
+  table, each id's position among them, and each id's row; ids outside
+  `[0, vocabulary_size)` raise, naming the feature.
+* `row_gradients(grads, positions, unique_ids, ...)`: the summed gradient of
+  each distinct row and whether it is finite (or raise, naming the table).
+* `apply_rows(table, variables, ids, grads, lr)`: the table's optimizer on
+  those rows, in place (SPEC section 2, lazy).
+
+The update's constants are the float32 values `tfemb.update_rules` uses,
+computed here in Python the same way, so the kernel rounds as it does.
+"""
+
+import math
+from typing import Dict, List, Sequence, Tuple
+
+import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
+
+from tfemb import update_rules
+from tfemb.kernels import build
+
+for _op in ("TfembDedupGather", "TfembRowGradients", "TfembApplyRows"):
+  tf.no_gradient(_op)
+
+
+def usable(variables: Dict[str, tf.Variable], optimizer) -> bool:
+  """True if this table can use the fused kernels."""
+  if build.load() is None:
+    return False
+  if optimizer is not None and not getattr(optimizer, "lazy_adam", True):
+    return False  # non-lazy Adam updates every row: TensorFlow ops
+  for v in variables.values():
+    if (not isinstance(v, resource_variable_ops.BaseResourceVariable) or
+        isinstance(v, tf.distribute.DistributedValues)):
+      return False  # mirrored, sharded or otherwise wrapped
+    if "CPU" not in v.device.upper():
+      return False
+  return True
+
+
+def _handle(variable):
+  """The variable's handle, its use recorded as TensorFlow's own variable
+  ops record it (so functions that use it track it, e.g. for export)."""
+  resource_variable_ops.variable_accessed(variable)
+  return variable.handle
+
+
+def dedup_gather(table, variable, ids: Sequence[tf.Tensor],
+                 feature_names: Sequence[str]):
+  """(unique_ids [u], positions [n], rows [n, dim]) for the table's ids."""
+  return build.load().tfemb_dedup_gather(
+      table=_handle(variable), ids=[tf.cast(i, tf.int64) for i in ids],
+      vocabulary_size=table.vocabulary_size, dim=table.dim,
+      feature_names=list(feature_names), table_name=table.name)
+
+
+def row_gradients(table, grads, positions, unique_ids, raise_non_finite):
+  """(row gradients [u, dim], finite) summed in the order of the ids."""
+  return build.load().tfemb_row_gradients(
+      gradients=grads, positions=positions, unique_ids=unique_ids,
+      table_name=table.name, raise_non_finite=raise_non_finite)
+
+
+def _bounds(lower, upper) -> List[float]:
+  return [-math.inf if lower is None else float(lower),
+          math.inf if upper is None else float(upper)]
+
+
+def constants(opt) -> Tuple[str, List[float]]:
+  """The rule and its constants, as `tfemb.update_rules` computes them."""
+  rule = update_rules.rule_name(opt)
+  if rule == "AdagradMomentum":
+    return rule, [opt.momentum, opt.beta2, 1 - opt.beta2, opt.epsilon,
+                  -1.0 / opt.exponent, float(opt.use_nesterov)]
+  if rule == "Adam":
+    return rule, [opt.beta_1, 1 - opt.beta_1, opt.beta_2, 1 - opt.beta_2,
+                  opt.epsilon, opt.epsilon * opt.epsilon,
+                  float(opt.sum_inside_sqrt)]
+  if rule == "FTRL":
+    return rule, [-opt.learning_rate_power, opt.l1_regularization_strength,
+                  2 * opt.l2_regularization_strength, opt.beta,
+                  float(opt.multiply_linear_by_learning_rate)]
+  return rule, []
+
+
+def apply_rows(table, variables, ids, grads, lr):
+  """The table's optimizer on rows `ids` of the table and its slots."""
+  opt = table.optimizer
+  rule, hyperparameters = constants(opt)
+  slots = [_handle(variables[n]) for n in opt._slot_names()]  # pylint: disable=protected-access
+  return build.load().tfemb_apply_rows(
+      parameters=_handle(variables["parameters"]), slots=slots, ids=ids,
+      gradients=grads, learning_rate=lr, table_name=table.name, rule=rule,
+      hyperparameters=hyperparameters,
+      clip_gradient=_bounds(opt.clip_gradient_min, opt.clip_gradient_max),
+      clip_weight=_bounds(opt.clip_weight_min, opt.clip_weight_max),
+      weight_decay_factor=float(opt.weight_decay_factor or 0.0),
+      multiply_weight_decay_by_lr=bool(
+          opt.multiply_weight_decay_factor_by_learning_rate))
