@@ -64,13 +64,24 @@ def memory_model(runs, optimizer, stack="tfemb") -> List[dict]:
 
 
 def traffic_bound(runs, bandwidth, optimizer, vocab) -> Optional[dict]:
-  """The embedding part of a tfemb step against bytes moved / bandwidth."""
+  """The embedding part of a tfemb step against bytes moved / bandwidth.
+
+  Bytes are the gathered activations, their gradients and the touched rows
+  of tables and slots (`Workload.traffic_bytes_per_step`); `rows_ratio` is
+  the same against the touched rows alone (the previous, stricter model).
+  """
   row = index(runs).get(("tfemb-emb", optimizer, vocab))
   if not ok(row) or not bandwidth:
     return None
-  bound_ms = row["traffic_bytes_per_step"] / (bandwidth["copy_gbps"] * 1e9) * 1e3
-  return {"bytes": row["traffic_bytes_per_step"], "bound_ms": bound_ms,
-          "measured_ms": row["median_ms"], "ratio": row["median_ms"] / bound_ms}
+  traffic = row["traffic_bytes_per_step"]
+  if not isinstance(traffic, dict):  # a results.json of an earlier run
+    traffic = {"rows": traffic, "total": traffic}
+  per_ms = bandwidth["copy_gbps"] * 1e9 / 1e3
+  bound_ms = traffic["total"] / per_ms
+  return {"bytes": traffic["total"], "bound_ms": bound_ms,
+          "measured_ms": row["median_ms"], "ratio": row["median_ms"] / bound_ms,
+          "rows_bytes": traffic["rows"],
+          "rows_ratio": row["median_ms"] / (traffic["rows"] / per_ms)}
 
 
 def targets(run) -> List[Tuple[str, str, Optional[bool]]]:
@@ -115,6 +126,8 @@ def targets(run) -> List[Tuple[str, str, Optional[bool]]]:
         out.append((f"{opt} at {size:,} rows: embedding part <= 3x the "
                     "memory-traffic bound",
                     f"{b['measured_ms']:.2f} ms vs {b['bound_ms']:.3f} ms "
-                    f"({b['bytes'] / 1e6:.1f} MB): {b['ratio']:.1f}x",
+                    f"({b['bytes'] / 1e6:.1f} MB): {b['ratio']:.1f}x "
+                    f"(touched rows alone, {b['rows_bytes'] / 1e6:.1f} MB: "
+                    f"{b['rows_ratio']:.1f}x)",
                     b["ratio"] <= 3))
   return out

@@ -67,12 +67,23 @@ class Workload:
       out.append((features, labels))
     return out
 
-  def traffic_bytes_per_step(self, batches: List[Batch]) -> float:
-    """Bytes a sparse step must move: per table, read the distinct rows of
-    the table and of each slot once, and write them back once."""
+  def traffic_bytes_per_step(self, batches: List[Batch]) -> Dict[str, float]:
+    """Bytes a sparse step must move at the least (issue 6 item 3: bytes
+    gathered and scattered), by part:
+
+    * `rows`: the distinct rows of every table and of each of its slots,
+      read once and written back once;
+    * `activations`: the gather's output, one row per id of the batch;
+    * `gradients`: the activations' gradients, read by the update.
+
+    `total` is their sum; `rows` alone was the previous run's bound.
+    """
     distinct = np.mean([sum(len(np.unique(ids)) for ids in f.values())
                         for f, _ in batches])
-    return 2.0 * (1 + self.slots) * distinct * self.dim * 4
+    per_batch = self.features * self.batch * self.dim * 4.0
+    rows = 2.0 * (1 + self.slots) * distinct * self.dim * 4
+    return {"rows": rows, "activations": per_batch, "gradients": per_batch,
+            "total": rows + 2 * per_batch}
 
 
 def parse_size(text: str) -> int:

@@ -136,7 +136,9 @@ class HostEmbedding(table_variables.TableVariables):
         self._table_config.index(f.table) for f in self._features
     ]
     self._built = False
-    self._fused = None  # per table: uses tfemb.kernels (set on first step)
+    # By table name: whether training steps use tfemb.kernels (decided on
+    # the first step). Not tracked: it is no state of the model.
+    self._fused = data_structures.NoDependency({})
     self._non_finite = "raise"
     self._skipped = None
     self._partitioner = None
@@ -265,14 +267,12 @@ class HostEmbedding(table_variables.TableVariables):
 
   def _uses_fused_kernels(self, t) -> bool:
     """Whether training steps use `tfemb.kernels` for table `t`."""
-    if self._fused is None:
-      local = not self._is_partitioned()
-      self._fused = [
-          local and kernel_ops.usable(self._variables[table.name],
-                                      table.optimizer)
-          for table in self._table_config
-      ]
-    return self._fused[t]
+    table = self._table_config[t]
+    if table.name not in self._fused:
+      self._fused[table.name] = (
+          not self._is_partitioned() and
+          kernel_ops.usable(self._variables[table.name], table.optimizer))
+    return self._fused[table.name]
 
   def _gather_batch(self, feature_ids, lookups, training=False) -> _Batch:
     """Deduplicates the ids once per table (after checking their range).
@@ -468,11 +468,11 @@ class HostEmbedding(table_variables.TableVariables):
       if multi_replica:  # the global batch's gradient, as the TPU sums it
         ids, grads = replicas.sum_rows_across_replicas(ids, grads)
         w = None
-      if finite is None:  # TensorFlow ops: check the summed gradient here
-        name = self._table_config[t].name
-        finite = (validation.finite_gradients(name, grads)
-                  if self._non_finite == "raise" else
-                  validation.all_finite(grads))
+      if finite is None and self._non_finite == "raise":
+        # TensorFlow ops: check the summed gradient here.
+        finite = validation.finite_gradients(self._table_config[t].name, grads)
+      elif finite is None:
+        finite = validation.all_finite(grads)
       updates.append((self._table_config[t], ids, w, grads, finite))
 
     def write():

@@ -7,9 +7,11 @@ failing check leaves every table and slot unchanged.
 
 Per feature, `FeatureConfig(validate_weights_and_indices=False)` (TF's own
 flag) turns off the id range, sparse index order and weight shape checks
-for speed. Then an id >= vocabulary_size still fails in the CPU gather (with
-TensorFlow's message, which does not name the feature) but reads zeros on a
-GPU, and a negative id or a mismatched weight is not caught.
+for speed. Then, on TensorFlow's ops, an id >= vocabulary_size still fails
+in the CPU gather (with TensorFlow's message, which does not name the
+feature) but reads zeros on a GPU, and a negative id or a mismatched weight
+is not caught. The fused CPU kernels (`tfemb.kernels`) check the id range
+of every training lookup themselves, whatever the flag.
 
 Each check is one `Assert` op on a condition computed with a few cheap ops
 (not `tf.debugging.assert_*`, whose graph form wraps the assertion in a
