@@ -59,7 +59,9 @@ def run(args) -> dict:
   times = timing.time_steps(step, tensors, args.steps, start=args.warmup,
                             max_seconds=args.max_seconds,
                             min_steps=args.min_steps)
-  result = timing.summary(times)
+  # A stack may run several steps per call (STEPS_PER_CALL): per step.
+  per_call = getattr(module, "STEPS_PER_CALL", 1)
+  result = timing.summary([t / per_call for t in times])
   result.update(
       stack=stack.name, optimizer=work.optimizer, vocab=work.vocab,
       workload=dataclasses.asdict(work), setup_s=setup_s,

@@ -18,8 +18,13 @@
 
 #define EIGEN_USE_THREADS
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <mutex>
+#include <unordered_set>
 #include <string>
 #include <vector>
 
@@ -43,6 +48,37 @@ using ::tensorflow::Var;
 using ::tensorflow::core::RefCountPtr;
 using ::tensorflow::shape_inference::InferenceContext;
 using CPUDevice = Eigen::ThreadPoolDevice;
+
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25  // Linux 6.1
+#endif
+
+// --- huge pages --------------------------------------------------------------
+
+// Rows are read and written at random all over a table, so with 4 KiB pages
+// nearly every row costs a TLB miss. The first time a kernel sees a table or
+// slot buffer of some size, it asks Linux to back it with 2 MiB pages: now
+// (MADV_COLLAPSE, Linux >= 6.1, 2 MiB copied at a time) and for pages not yet
+// touched (MADV_HUGEPAGE). Best effort: a refusal changes nothing but speed.
+// Once per buffer: a restore gives a variable a new buffer, advised again.
+void BackWithHugePages(const Tensor& t) {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  if (t.TotalBytes() < 2 * kHuge) return;
+  static std::mutex* mu = new std::mutex;
+  static auto* seen = new std::unordered_set<const void*>;
+  const void* data = t.tensor_data().data();
+  {
+    std::lock_guard<std::mutex> lock(*mu);
+    if (!seen->insert(data).second) return;
+  }
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t start = (begin + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t end = (begin + t.TotalBytes()) & ~(kHuge - 1);
+  if (end <= start) return;
+  void* at = reinterpret_cast<void*>(start);
+  madvise(at, end - start, MADV_HUGEPAGE);
+  madvise(at, end - start, MADV_COLLAPSE);
+}
 
 // --- shape functions -------------------------------------------------------
 
@@ -186,6 +222,7 @@ class DedupGatherOp : public OpKernel {
     ::tensorflow::tf_shared_lock lock(*var->mu());
     const Tensor& table = *var->tensor();
     OP_REQUIRES_OK(ctx, CheckTable(table));
+    BackWithHugePages(table);
     const float* src = table.flat<float>().data();
     float* out = rows->flat<float>().data();
     for (int64_t k = 0; k < total; ++k) {
@@ -514,6 +551,7 @@ class ApplyRowsOp : public OpKernel {
                       ", expected [rows, ", dim, "] float32")));
       if (i == 0) rows = t->dim_size(0);
       data[i] = t->flat<float>().data();
+      BackWithHugePages(*t);
     }
     const int64_t* id = ids.flat<int64_t>().data();
     for (int64_t r = 0; r < u; ++r) {
