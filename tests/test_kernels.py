@@ -116,3 +116,41 @@ def test_ids_out_of_range_raise_even_without_validation(engine_path):
     embedding.apply_gradients({"f": tf.ones_like(activations["f"])})
   np.testing.assert_array_equal(embedding.embedding_tables[table].numpy(),
                                 before)
+
+
+def _anon_huge_bytes():
+  with open("/proc/self/smaps_rollup") as f:
+    for line in f:
+      if line.startswith("AnonHugePages:"):
+        return int(line.split()[1]) * 1024
+  return 0
+
+
+def _transparent_huge_pages():
+  try:
+    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+      return "[never]" not in f.read()
+  except OSError:
+    return False
+
+
+@pytest.mark.skipif(not _transparent_huge_pages(),
+                    reason="this machine's kernel has transparent huge "
+                    "pages off (or is not Linux)")
+def test_big_tables_are_backed_by_huge_pages():
+  # A 16 MiB table and its 16 MiB Adagrad slot: after one step, at least
+  # their 2 MiB-aligned interiors (12 of 16 MiB each) are huge pages.
+  table = tfemb.TableConfig(131072, 32, name="big")
+  embedding = tfemb.TPUEmbedding({"f": tfemb.FeatureConfig(table)},
+                                 tfemb.Adagrad(0.1))
+  embedding.build(4)
+  before = _anon_huge_bytes()
+
+  @tf.function
+  def step(ids):
+    embedding.enqueue({"f": ids}, training=True)
+    activations = embedding.dequeue()
+    embedding.apply_gradients({"f": tf.ones_like(activations["f"])})
+
+  step(tf.constant([3, 70000, 3, 131071], tf.int64))
+  assert _anon_huge_bytes() - before >= 2 * 12 * 2**20

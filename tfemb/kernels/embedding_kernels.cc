@@ -60,16 +60,19 @@ using CPUDevice = Eigen::ThreadPoolDevice;
 // slot buffer of some size, it asks Linux to back it with 2 MiB pages: now
 // (MADV_COLLAPSE, Linux >= 6.1, 2 MiB copied at a time) and for pages not yet
 // touched (MADV_HUGEPAGE). Best effort: a refusal changes nothing but speed.
-// Once per buffer: a restore gives a variable a new buffer, advised again.
-void BackWithHugePages(const Tensor& t) {
+// Once per variable and buffer: a restore gives a variable a new buffer,
+// which is advised again.
+void BackWithHugePages(const Var* var, const Tensor& t) {
   constexpr uintptr_t kHuge = uintptr_t{2} << 20;
   if (t.TotalBytes() < 2 * kHuge) return;
   static std::mutex* mu = new std::mutex;
-  static auto* seen = new std::unordered_set<const void*>;
+  static auto* seen = new std::unordered_set<uint64_t>;
   const void* data = t.tensor_data().data();
+  const uint64_t key = reinterpret_cast<uintptr_t>(data) ^
+                       (reinterpret_cast<uintptr_t>(var) * 0x9E3779B97F4A7C15ull);
   {
     std::lock_guard<std::mutex> lock(*mu);
-    if (!seen->insert(data).second) return;
+    if (!seen->insert(key).second) return;
   }
   const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
   const uintptr_t start = (begin + kHuge - 1) & ~(kHuge - 1);
@@ -222,7 +225,7 @@ class DedupGatherOp : public OpKernel {
     ::tensorflow::tf_shared_lock lock(*var->mu());
     const Tensor& table = *var->tensor();
     OP_REQUIRES_OK(ctx, CheckTable(table));
-    BackWithHugePages(table);
+    BackWithHugePages(var.get(), table);
     const float* src = table.flat<float>().data();
     float* out = rows->flat<float>().data();
     for (int64_t k = 0; k < total; ++k) {
@@ -551,7 +554,7 @@ class ApplyRowsOp : public OpKernel {
                       ", expected [rows, ", dim, "] float32")));
       if (i == 0) rows = t->dim_size(0);
       data[i] = t->flat<float>().data();
-      BackWithHugePages(*t);
+      BackWithHugePages(vars[i].get(), *t);
     }
     const int64_t* id = ids.flat<int64_t>().data();
     for (int64_t r = 0; r < u; ++r) {
