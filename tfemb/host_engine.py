@@ -473,24 +473,23 @@ class HostEmbedding(table_variables.TableVariables):
         finite = validation.finite_gradients(self._table_config[t].name, grads)
       elif finite is None:
         finite = validation.all_finite(grads)
-      updates.append((self._table_config[t], ids, w, grads, finite))
+      updates.append((self._table_config[t], ids, w, grads, finite,
+                      self._uses_fused_kernels(t)))
 
     def write():
       with tf.control_dependencies(checks):
-        for table, ids, w, grads, _ in updates:
-          sparse_update.update_table(
-              table, self._variables[table.name], ids, w, grads,
-              fused=self._uses_fused_kernels(
-                  self._table_config.index(table)))
+        for table, ids, w, grads, _, fused in updates:
+          sparse_update.update_table(table, self._variables[table.name],
+                                     ids, w, grads, fused=fused)
         self._advance_learning_rates()
       return tf.constant(True)
 
     if self._non_finite == "raise":
-      for *_, finite in updates:  # assert ops, or the raising kernel
+      for *_, finite, _ in updates:  # assert ops, or the raising kernel
         checks += finite
       write()
     else:  # "skip": the whole step, for every table, and count it
-      finite = tf.reduce_all([f for *_, f in updates])
+      finite = tf.reduce_all([f for *_, f, _ in updates])
       tf.cond(finite, write, self._count_skipped_step)
 
   def _advance_learning_rates(self):
