@@ -49,9 +49,11 @@ print(json.dumps({"loaded": build.load() is not None, "types": types,
 """
 
 
-def _run(env_changes, tmp_path):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-             TFEMB_KERNEL_CACHE=str(tmp_path / "cache"), **env_changes)
+def _run(env_changes, tmp_path, cache="cache"):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env_changes)
+  env.pop("TFEMB_KERNEL_CACHE", None)
+  if cache:
+    env["TFEMB_KERNEL_CACHE"] = str(tmp_path / cache)
   done = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=300,
                         check=False)
@@ -86,6 +88,16 @@ def test_a_fresh_cache_builds_the_kernels_and_uses_them(tmp_path):
   np.testing.assert_allclose(out["table"], _expected_table(), rtol=1e-6)
   built = os.listdir(tmp_path / "cache")
   assert [f for f in built if f.endswith(".so")], built
+
+
+def test_an_unwritable_home_falls_back_to_a_temporary_cache(tmp_path):
+  # HOME under a regular file: ~/.cache can never be created there.
+  blocker = tmp_path / "file"
+  blocker.write_text("")
+  env = {"HOME": str(blocker / "home"), "XDG_CACHE_HOME": ""}
+  out, _ = _run(env, tmp_path, cache=None)
+  assert out["loaded"]
+  assert out["types"].count("TfembApplyRows") == 1
 
 
 def test_a_built_library_is_reused_without_compiling(monkeypatch):

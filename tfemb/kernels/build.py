@@ -8,7 +8,8 @@ with `TFEMB_FUSED_KERNELS=0`, `load()` returns None and the host engine uses
 TensorFlow's own ops: the same numbers, slower.
 
 Environment: `CXX` (the compiler, default `c++`), `TFEMB_KERNEL_CACHE` (the
-cache directory, default `$XDG_CACHE_HOME/tfemb` or `~/.cache/tfemb`),
+cache directory, default `$XDG_CACHE_HOME/tfemb` or `~/.cache/tfemb`, or a
+per-user temporary directory where those cannot be written),
 `TFEMB_FUSED_KERNELS=0` (never use the kernels).
 """
 
@@ -40,12 +41,25 @@ def enabled() -> bool:
       "0", "false", "no", "off")
 
 
+def _usable_dir(path: str) -> bool:
+  try:
+    os.makedirs(path, exist_ok=True)
+  except OSError:
+    return False
+  return os.access(path, os.W_OK)
+
+
 def cache_dir() -> str:
+  """`TFEMB_KERNEL_CACHE`, else the user's cache directory, else (when that
+  cannot be written, e.g. a read-only home) a per-user temporary one."""
   if os.environ.get("TFEMB_KERNEL_CACHE"):
     return os.environ["TFEMB_KERNEL_CACHE"]
   base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
       os.path.expanduser("~"), ".cache")
-  return os.path.join(base, "tfemb")
+  path = os.path.join(base, "tfemb")
+  if _usable_dir(path):
+    return path
+  return os.path.join(tempfile.gettempdir(), f"tfemb-{os.getuid()}")
 
 
 def _command(output: str) -> List[str]:
