@@ -274,11 +274,12 @@ class HostEmbedding(table_variables.TableVariables):
           kernel_ops.usable(self._variables[table.name], table.optimizer))
     return self._fused[table.name]
 
-  def _gather_batch(self, feature_ids, lookups, training=False) -> _Batch:
+  def _gather_batch(self, feature_ids, lookups, fused=False) -> _Batch:
     """Deduplicates the ids once per table (after checking their range).
 
-    For training, tables that can use the fused kernels are also gathered
-    here, in the same op.
+    With `fused` (the enqueue / forward path; not direct lookups, which stay
+    differentiable), tables that can use the fused kernels are also
+    gathered here, in the same op.
     """
     by_table = {}
     for i, lookup in zip(feature_ids, lookups):
@@ -286,7 +287,7 @@ class HostEmbedding(table_variables.TableVariables):
     tables = [None] * len(self._table_config)
     all_checks = []
     for t, members in by_table.items():
-      if training and self._uses_fused_kernels(t):
+      if fused and self._uses_fused_kernels(t):
         tables[t] = self._fused_gather(t, members, all_checks)
         continue
       vocab = self._table_config[t].vocabulary_size
@@ -420,7 +421,7 @@ class HostEmbedding(table_variables.TableVariables):
     self._maybe_build(shapes)
     if tpu_rules:
       self._check_output_shapes_fully_defined()
-    return self._gather_batch(feature_ids, lookups, training=True)
+    return self._gather_batch(feature_ids, lookups, fused=True)
 
   def _check_output_shapes_fully_defined(self):
     """TF's TPU rule: every feature's activation shape fully known."""

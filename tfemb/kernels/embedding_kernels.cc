@@ -418,9 +418,13 @@ inline void RuleRow(const Update& p, const float* __restrict g,
   }
 }
 
-inline void ClipRow(float* __restrict x, const float* __restrict from,
+inline void ClipRow(float* __restrict to, const float* __restrict from,
                     float lo, float hi, int64_t dim) {
-  for (int64_t d = 0; d < dim; ++d) x[d] = std::min(std::max(from[d], lo), hi);
+  for (int64_t d = 0; d < dim; ++d) to[d] = std::min(std::max(from[d], lo), hi);
+}
+
+inline void ClipRowInPlace(float* x, float lo, float hi, int64_t dim) {
+  for (int64_t d = 0; d < dim; ++d) x[d] = std::min(std::max(x[d], lo), hi);
 }
 
 // The whole pipeline on every touched row: clip g, rule, decay, clip w.
@@ -450,7 +454,7 @@ void ApplyAll(const Update& p, const int64_t* ids, const float* grads,
       const float* o = old.data();
       for (int64_t d = 0; d < dim; ++d) wr[d] = wr[d] - decay * o[d];
     }
-    if (p.clip_w) ClipRow(wr, wr, p.clip_w_min, p.clip_w_max, dim);
+    if (p.clip_w) ClipRowInPlace(wr, p.clip_w_min, p.clip_w_max, dim);
   }
 }
 
@@ -476,7 +480,6 @@ class ApplyRowsOp : public OpKernel {
   explicit ApplyRowsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     std::string rule;
     std::vector<float> h, clip_g, clip_w;
-    bool decay_by_lr;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &table_name_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("rule", &rule));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("hyperparameters", &h));
