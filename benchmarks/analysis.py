@@ -35,7 +35,9 @@ def ratio(runs, row) -> Optional[float]:
 
 
 def flatness(runs, optimizer, stack="tfemb") -> Optional[dict]:
-  """Step time at the largest vocabulary / at the smallest (target <= 1.3)."""
+  """Step time at the largest vocabulary / at the smallest, each timed in
+  its own process (minutes apart, so the ratio carries the machine's drift;
+  see `paired_flatness`)."""
   rows = sorted((r for r in runs if r["stack"] == stack and
                  r["optimizer"] == optimizer and ok(r)),
                 key=lambda r: r["vocab"])
@@ -43,6 +45,15 @@ def flatness(runs, optimizer, stack="tfemb") -> Optional[dict]:
     return None
   return {"small": rows[0]["vocab"], "large": rows[-1]["vocab"],
           "ratio": rows[-1]["median_ms"] / rows[0]["median_ms"]}
+
+
+def paired_flatness(run, optimizer, stack="tfemb") -> Optional[dict]:
+  """The same ratio timed side by side in one process (flatness.py): the
+  number item 2's target (<= 1.3) is judged on when the run has it."""
+  for row in run.get("flatness", []):
+    if row["stack"] == stack and row["optimizer"] == optimizer and ok(row):
+      return row
+  return None
 
 
 def memory_model(runs, optimizer, stack="tfemb") -> List[dict]:
@@ -92,10 +103,21 @@ def targets(run) -> List[Tuple[str, str, Optional[bool]]]:
                 if any(r["optimizer"] == o for r in runs)]
   table = index(runs)
   for opt in optimizers:
-    f = flatness(runs, opt)
+    f, paired = flatness(runs, opt), paired_flatness(run, opt)
+    if paired:
+      measured = (f"{paired['large']:,} / {paired['small']:,} rows, side by "
+                  f"side: {paired['large_ms']:.2f} / {paired['small_ms']:.2f}"
+                  f" ms = {paired['ratio']:.2f}x" +
+                  (f" (separate processes: {f['ratio']:.2f}x)" if f else ""))
+      met = paired["ratio"] <= 1.3
+    elif f:
+      measured = (f"{f['large']:,} / {f['small']:,} rows, separate "
+                  f"processes: {f['ratio']:.2f}x")
+      met = f["ratio"] <= 1.3
+    else:
+      measured, met = "not measured", None
     out.append((f"{opt}: tfemb step time flat in the vocabulary (<= 1.3x)",
-                f"{f['large']:,} / {f['small']:,} rows: {f['ratio']:.2f}x"
-                if f else "not measured", f["ratio"] <= 1.3 if f else None))
+                measured, met))
     for m in memory_model(runs, opt)[-1:]:
       out.append((f"{opt}: tfemb peak RSS <= 1.25 x (tables + slots + "
                   "overhead)", f"{m['vocab']:,} rows: "

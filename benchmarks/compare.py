@@ -9,7 +9,8 @@ Workload (issue 6): 8 features, each with its own table of dim 32, batch
 4096, Zipf-distributed ids, a Dense(1) head and a mean squared error; SGD,
 Adagrad and Adam. Runs are sequential (never two at once): first the
 machine's copy bandwidth, then per size, optimizer and stack one child
-process. Writes results.json, results.md and step_time.png to --out and
+process, then per optimizer one child that times tfemb at the smallest and
+the largest size side by side (flatness.py). Writes results.json, results.md and step_time.png to --out and
 prints the markdown report.
 """
 
@@ -26,7 +27,9 @@ from benchmarks import runner
 from benchmarks.stacks import BY_NAME, REPO, STACKS
 from benchmarks.workload import OPTIMIZERS, format_size, parse_size
 
-QUICK = dict(sizes="1k,10k", steps=6, warmup=2, min_steps=3, max_seconds=20)
+QUICK = dict(sizes="1k,10k", steps=6, warmup=2, min_steps=3, max_seconds=20,
+             paired_blocks=4)
+PAIRED_STACKS = ("tfemb", "tfemb-emb")  # flatness measured side by side
 
 
 def parse_args(argv=None):
@@ -59,6 +62,9 @@ def parse_args(argv=None):
                  help="rewrite the report from --out/results.json")
   p.add_argument("--profile", action="store_true",
                  help="profile a few tfemb steps instead (see profile.py)")
+  p.add_argument("--paired-blocks", type=int, default=24,
+                 help="blocks per size of the paired flatness runs "
+                 "(flatness.py; 0 skips them)")
   args = p.parse_args(argv)
   if args.quick:
     for k, v in QUICK.items():
@@ -134,6 +140,40 @@ def run_suite(args, run, save):
         run["runs"].append(row)
         save()
         print(_progress(row), flush=True)
+  run_paired(args, run, save, limits, stacks, failed)
+
+
+def run_paired(args, run, save, limits, stacks, failed):
+  """Flatness (issue 6 item 2): each tfemb stack at the smallest and the
+  largest size in one process, alternating (benchmarks/flatness.py)."""
+  sizes = sorted(parse_size(s) for s in args.sizes.split(","))
+  if args.paired_blocks <= 0 or len(sizes) < 2:
+    return
+  logs = os.path.join(args.out, "logs")
+  run.setdefault("flatness", [])
+  for stack in (s for s in stacks if s.name in PAIRED_STACKS):
+    for opt in args.optimizers.split(","):
+      row = {"stack": stack.name, "optimizer": opt, "small": sizes[0],
+             "large": sizes[-1]}
+      if (stack.name, opt) in failed:
+        row.update(status="out of memory", detail="skipped: out of memory "
+                   f"at {format_size(failed[stack.name, opt])}")
+      else:
+        out = runner.run(
+            "benchmarks.flatness",
+            ["--stack", stack.name, "--optimizer", opt,
+             "--small", str(sizes[0]), "--large", str(sizes[-1]),
+             "--blocks", str(args.paired_blocks),
+             "--max-seconds", str(2 * args.max_seconds)],
+            python=stack.python, env=stack.env, limits=limits,
+            log_path=os.path.join(logs, f"flatness-{stack.name}-{opt}.log"))
+        row.update(out.result or {}, status=out.status, detail=out.detail)
+      run["flatness"].append(row)
+      save()
+      print(f"flatness {opt:8s} {stack.name:10s} " + (
+          f"{row['small_ms']:.2f} -> {row['large_ms']:.2f} ms: "
+          f"{row['ratio']:.2f}x" if row["status"] == "ok" else
+          f"{row['status']}: {row['detail']}"), flush=True)
 
 
 def _progress(row) -> str:

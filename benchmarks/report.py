@@ -57,6 +57,32 @@ def summary_table(run) -> List[str]:
   return lines
 
 
+def flatness_table(run) -> List[str]:
+  """The side-by-side runs of flatness.py (item 2), with the ratio of the
+  separate runs beside them."""
+  rows = run.get("flatness") or []
+  if not rows:
+    return []
+  lines = ["| optimizer | stack | rows/table | median step (ms) | ratio "
+           "| per-block ratio p10 / median / p90 | separate processes |",
+           "|---|---|---|---|---:|---|---:|"]
+  for r in rows:
+    sizes = f"{format_size(r['large'])} / {format_size(r['small'])}"
+    separate = analysis.flatness(run["runs"], r["optimizer"], r["stack"])
+    sep = f"{separate['ratio']:.2f}x" if separate else "-"
+    if r["status"] != "ok":
+      lines.append(f"| {r['optimizer']} | {BY_NAME[r['stack']].label} | "
+                   f"{sizes} | {r['status']}: {r['detail']} | - | - | {sep} |")
+      continue
+    lines.append(
+        f"| {r['optimizer']} | {BY_NAME[r['stack']].label} | {sizes} | "
+        f"{r['large_ms']:.2f} / {r['small_ms']:.2f} | {r['ratio']:.2f}x | "
+        f"{r['block_ratio_p10']:.2f} / {r['block_ratio_median']:.2f} / "
+        f"{r['block_ratio_p90']:.2f} ({r['blocks']} blocks of "
+        f"{r['block_steps']} steps) | {sep} |")
+  return lines
+
+
 def targets_table(run) -> List[str]:
   lines = ["| target (issue 6) | measured | met |", "|---|---|---|"]
   for target, measured, met in analysis.targets(run):
@@ -79,6 +105,10 @@ def markdown(run) -> str:
     out += [f"Skipped: {skipped}", ""]
   out += ["### Step time (median ms) per stack", ""] + summary_table(run)
   out += ["", "### Every run", ""] + runs_table(run)
+  paired = flatness_table(run)
+  if paired:
+    out += ["", "### Flatness, both sizes side by side in one process", ""]
+    out += paired
   out += ["", "### Targets", ""] + targets_table(run)
   return "\n".join(out) + "\n"
 

@@ -1,0 +1,67 @@
+"""The benchmark suite's flatness (issue 6 item 2): the side-by-side child
+and how the report judges the target."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+from benchmarks import analysis
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _row(stack, vocab, ms):
+  return {"stack": stack, "optimizer": "adam", "vocab": vocab, "status": "ok",
+          "median_ms": ms, "peak_rss": None}
+
+
+def _run(paired_ratio=None):
+  run = {"meta": {}, "runs": [_row("tfemb", 100_000, 4.0),
+                              _row("tfemb", 5_000_000, 6.0)]}
+  if paired_ratio is not None:
+    run["flatness"] = [{
+        "stack": "tfemb", "optimizer": "adam", "status": "ok",
+        "small": 100_000, "large": 5_000_000, "small_ms": 5.0,
+        "large_ms": 5.0 * paired_ratio, "ratio": paired_ratio}]
+  return run
+
+
+def _flatness_target(run):
+  (target,) = [t for t in analysis.targets(run) if "flat" in t[0]]
+  return target
+
+
+def test_target_is_judged_on_the_side_by_side_ratio_when_measured():
+  _, measured, met = _flatness_target(_run(paired_ratio=1.2))
+  assert met is True
+  assert "side by side: 6.00 / 5.00 ms = 1.20x" in measured
+  assert "separate processes: 1.50x" in measured
+  _, measured, met = _flatness_target(_run(paired_ratio=1.31))
+  assert met is False
+
+
+def test_target_falls_back_to_separate_processes():
+  _, measured, met = _flatness_target(_run())
+  assert met is False
+  assert "separate processes: 1.50x" in measured
+
+
+def test_flatness_child_times_both_sizes(tmp_path):
+  out = tmp_path / "flat.json"
+  result = subprocess.run(
+      [sys.executable, "-m", "benchmarks.flatness", "--stack", "tfemb-emb",
+       "--optimizer", "adagrad", "--small", "1000", "--large", "3000",
+       "--blocks", "3", "--block-steps", "2", "--rewarm", "1", "--out",
+       str(out)],
+      cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+      capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  r = json.loads(out.read_text())
+  assert (r["small"], r["large"], r["blocks"], r["block_steps"]) == (
+      1000, 3000, 3, 2)
+  assert r["small_ms"] > 0 and r["large_ms"] > 0
+  assert abs(r["ratio"] - r["large_ms"] / r["small_ms"]) < 1e-9
+  assert r["block_ratio_p10"] <= r["block_ratio_median"] <= r[
+      "block_ratio_p90"]
