@@ -1,0 +1,116 @@
+// How fast this machine updates random rows, outside TensorFlow: the floor
+// under tfemb's update kernel at large vocabularies (benchmarks/README.md).
+//
+//   g++ -O3 -march=native benchmarks/native/row_update.cc -o /tmp/row_update
+//   /tmp/row_update 100000 && /tmp/row_update 5000000
+//
+// Per table, 1900 distinct rows drawn uniformly (every one a cache miss at
+// 5M rows), each updated in place by Adam's rule (parameters and two slots,
+// dim 32, float32), rows prefetched 8 ahead, tables backed by 2 MiB pages:
+//   separate     three [rows, 32] arrays (tfemb's layout, TensorFlow's)
+//   interleaved  one [rows, 96] array (parameters and slots side by side)
+// Alternating rounds of 10 steps; prints the median per step of 4 tables.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace {
+
+constexpr int kDim = 32, kTables = 4, kRows = 1900, kAhead = 8;
+
+float* Table(size_t floats) {
+  const size_t huge = size_t{2} << 20;
+  const size_t bytes = (floats * sizeof(float) + huge - 1) & ~(huge - 1);
+  void* p = aligned_alloc(huge, bytes);
+  madvise(p, bytes, MADV_HUGEPAGE);
+  memset(p, 0, bytes);
+  return static_cast<float*>(p);
+}
+
+void Prefetch(const float* p, int lines) {
+  for (int i = 0; i < lines; ++i) __builtin_prefetch(p + 16 * i, 1);
+}
+
+void Adam(const float* __restrict g, float* __restrict w, float* __restrict m,
+          float* __restrict v) {
+  for (int d = 0; d < kDim; ++d) {
+    const float mm = 0.9f * m[d] + 0.1f * g[d];
+    const float vv = 0.999f * v[d] + 0.001f * g[d] * g[d];
+    m[d] = mm;
+    v[d] = vv;
+    w[d] -= 0.001f * (mm / (std::sqrt(vv) + 1e-7f));
+  }
+}
+
+double Median(std::vector<double> x) {
+  std::sort(x.begin(), x.end());
+  return x[x.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const long vocab = argc > 1 ? atol(argv[1]) : 5000000;
+  std::vector<float*> w(kTables), m(kTables), v(kTables), both(kTables);
+  for (int t = 0; t < kTables; ++t) {
+    w[t] = Table(vocab * kDim);
+    m[t] = Table(vocab * kDim);
+    v[t] = Table(vocab * kDim);
+    both[t] = Table(vocab * kDim * 3);
+  }
+  std::mt19937_64 rng(1);
+  std::vector<std::vector<long>> ids(64, std::vector<long>(kRows));
+  for (auto& batch : ids) {
+    for (auto& id : batch) id = static_cast<long>(rng() % vocab);
+  }
+  std::vector<float> g(kRows * kDim, 1e-3f);
+  auto separate = [&](int step) {
+    for (int t = 0; t < kTables; ++t) {
+      const long* u = ids[(step * kTables + t) % ids.size()].data();
+      for (int r = 0; r < kRows; ++r) {
+        if (r + kAhead < kRows) {
+          const long a = u[r + kAhead] * kDim;
+          Prefetch(w[t] + a, 2);
+          Prefetch(m[t] + a, 2);
+          Prefetch(v[t] + a, 2);
+        }
+        const long a = u[r] * kDim;
+        Adam(g.data() + r * kDim, w[t] + a, m[t] + a, v[t] + a);
+      }
+    }
+  };
+  auto interleaved = [&](int step) {
+    for (int t = 0; t < kTables; ++t) {
+      const long* u = ids[(step * kTables + t) % ids.size()].data();
+      for (int r = 0; r < kRows; ++r) {
+        if (r + kAhead < kRows) Prefetch(both[t] + u[r + kAhead] * kDim * 3, 6);
+        float* row = both[t] + u[r] * kDim * 3;
+        Adam(g.data() + r * kDim, row, row + kDim, row + 2 * kDim);
+      }
+    }
+  };
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> ts, ti;
+  for (int round = 0; round < 20; ++round) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < 10; ++i) separate(round * 10 + i);
+    const auto t1 = Clock::now();
+    for (int i = 0; i < 10; ++i) interleaved(round * 10 + i);
+    const auto t2 = Clock::now();
+    ts.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count() / 10);
+    ti.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count() / 10);
+  }
+  const double s = Median(ts), i = Median(ti);
+  printf("%ld rows x %d tables, %d random rows each, Adam: separate %.3f ms "
+         "(%.0f ns per row), interleaved %.3f ms (%.0f ns per row)\n",
+         vocab, kTables, kRows, s, s * 1e6 / (kTables * kRows), i,
+         i * 1e6 / (kTables * kRows));
+  return 0;
+}
