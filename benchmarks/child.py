@@ -45,22 +45,28 @@ def workload_from_args(args) -> workload_lib.Workload:
       dim=args.dim, batch=args.batch, zipf=args.zipf)
 
 
+def build(stack, work, batches=None):
+  """The stack's traced step for the workload: (step, batches as tensors,
+  steps per call). A stack may run several steps per call
+  (`STEPS_PER_CALL`); times are divided by it."""
+  module = importlib.import_module(f"benchmarks.stacks.{stack.module}")
+  step = module.build(work)
+  tensors = timing.to_tensors(batches or work.make_batches())
+  return step, tensors, getattr(module, "STEPS_PER_CALL", 1)
+
+
 def run(args) -> dict:
   stack = BY_NAME[args.stack]
   work = workload_from_args(args)
   batches = work.make_batches()
   began = time.perf_counter()
-  module = importlib.import_module(f"benchmarks.stacks.{stack.module}")
-  step = module.build(work)
-  tensors = timing.to_tensors(batches)
+  step, tensors, per_call = build(stack, work, batches)
   first = timing.time_steps(step, tensors, 1)
   setup_s = time.perf_counter() - began
   warm = timing.time_steps(step, tensors, max(args.warmup - 1, 0), start=1)
   times = timing.time_steps(step, tensors, args.steps, start=args.warmup,
                             max_seconds=args.max_seconds,
                             min_steps=args.min_steps)
-  # A stack may run several steps per call (STEPS_PER_CALL): per step.
-  per_call = getattr(module, "STEPS_PER_CALL", 1)
   result = timing.summary([t / per_call for t in times])
   result.update(
       stack=stack.name, optimizer=work.optimizer, vocab=work.vocab,

@@ -10,8 +10,8 @@ Workload (issue 6): 8 features, each with its own table of dim 32, batch
 Adagrad and Adam. Runs are sequential (never two at once): first the
 machine's copy bandwidth, then per size, optimizer and stack one child
 process, then per optimizer one child that times tfemb at the smallest and
-the largest size side by side (flatness.py). Writes results.json, results.md and step_time.png to --out and
-prints the markdown report.
+the largest size side by side (flatness.py). Writes results.json,
+results.md and step_time.png to --out and prints the markdown report.
 """
 
 import argparse

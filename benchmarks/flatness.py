@@ -16,12 +16,12 @@ their medians is the flatness the suite reports.
 
 import argparse
 import dataclasses
-import importlib
 import json
 import time
 
 import numpy as np
 
+from benchmarks import child
 from benchmarks import timing
 from benchmarks import workload as workload_lib
 from benchmarks.stacks import BY_NAME
@@ -46,13 +46,15 @@ def parse_args(argv=None):
   return p.parse_args(argv)
 
 
+WARMUP = 5  # untimed steps after building (the first one traces)
+
+
 def _build(stack, optimizer, vocab):
-  work = workload_lib.Workload(vocab=vocab, optimizer=optimizer)
-  module = importlib.import_module(f"benchmarks.stacks.{stack.module}")
-  step = module.build(work)
-  tensors = timing.to_tensors(work.make_batches())
-  timing.time_steps(step, tensors, 5)  # traces, then warms up
-  return step, tensors, getattr(module, "STEPS_PER_CALL", 1)
+  built = child.build(stack, workload_lib.Workload(vocab=vocab,
+                                                   optimizer=optimizer))
+  step, tensors, _ = built
+  timing.time_steps(step, tensors, WARMUP)
+  return built
 
 
 def run(args) -> dict:
@@ -62,7 +64,7 @@ def run(args) -> dict:
   times = {k: [] for k in sizes}
   block_ratios = []
   began = time.perf_counter()
-  cursor = {k: 5 for k in sizes}  # which batch each size runs next
+  cursor = {k: WARMUP for k in sizes}  # which batch each size runs next
   for b in range(args.blocks):
     order = ("small", "large") if b % 2 == 0 else ("large", "small")
     medians = {}
