@@ -3,6 +3,9 @@
 //
 //   g++ -O3 -march=native benchmarks/native/row_update.cc -o /tmp/row_update
 //   /tmp/row_update 100000 && /tmp/row_update 5000000
+//   /tmp/row_update 5000000 sorted      # the ids of each step in row order
+//   /tmp/row_update 5000000 span=100000 # ids drawn from the first 100k rows
+//   /tmp/row_update 5000000 4k          # 4 KiB pages instead of 2 MiB
 //
 // Per table, 1900 distinct rows drawn uniformly (every one a cache miss at
 // 5M rows), each updated in place by Adam's rule (parameters and two slots,
@@ -10,6 +13,8 @@
 //   separate     three [rows, 32] arrays (tfemb's layout, TensorFlow's)
 //   interleaved  one [rows, 96] array (parameters and slots side by side)
 // Alternating rounds of 10 steps; prints the median per step of 4 tables.
+// The options tell what the cost per row depends on: the size of the region
+// the rows come from and the page size, not the order of the rows.
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -25,11 +30,13 @@ namespace {
 
 constexpr int kDim = 32, kTables = 4, kRows = 1900, kAhead = 8;
 
+bool small_pages = false;  // "4k": no 2 MiB pages
+
 float* Table(size_t floats) {
   const size_t huge = size_t{2} << 20;
   const size_t bytes = (floats * sizeof(float) + huge - 1) & ~(huge - 1);
   void* p = aligned_alloc(huge, bytes);
-  madvise(p, bytes, MADV_HUGEPAGE);
+  madvise(p, bytes, small_pages ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
   memset(p, 0, bytes);
   return static_cast<float*>(p);
 }
@@ -58,6 +65,14 @@ double Median(std::vector<double> x) {
 
 int main(int argc, char** argv) {
   const long vocab = argc > 1 ? atol(argv[1]) : 5000000;
+  long span = vocab;
+  bool sorted = false;
+  for (int a = 2; a < argc; ++a) {
+    if (!strcmp(argv[a], "sorted")) sorted = true;
+    else if (!strcmp(argv[a], "4k")) small_pages = true;
+    else if (!strncmp(argv[a], "span=", 5)) span = atol(argv[a] + 5);
+    else { fprintf(stderr, "unknown option %s\n", argv[a]); return 2; }
+  }
   std::vector<float*> w(kTables), m(kTables), v(kTables), both(kTables);
   for (int t = 0; t < kTables; ++t) {
     w[t] = Table(vocab * kDim);
@@ -68,7 +83,8 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng(1);
   std::vector<std::vector<long>> ids(64, std::vector<long>(kRows));
   for (auto& batch : ids) {
-    for (auto& id : batch) id = static_cast<long>(rng() % vocab);
+    for (auto& id : batch) id = static_cast<long>(rng() % span);
+    if (sorted) std::sort(batch.begin(), batch.end());
   }
   std::vector<float> g(kRows * kDim, 1e-3f);
   auto separate = [&](int step) {
@@ -108,9 +124,11 @@ int main(int argc, char** argv) {
     ti.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count() / 10);
   }
   const double s = Median(ts), i = Median(ti);
-  printf("%ld rows x %d tables, %d random rows each, Adam: separate %.3f ms "
-         "(%.0f ns per row), interleaved %.3f ms (%.0f ns per row)\n",
-         vocab, kTables, kRows, s, s * 1e6 / (kTables * kRows), i,
-         i * 1e6 / (kTables * kRows));
+  printf("%ld rows x %d tables, %d random rows each (from the first %ld%s%s), "
+         "Adam: separate %.3f ms (%.0f ns per row), interleaved %.3f ms "
+         "(%.0f ns per row)\n",
+         vocab, kTables, kRows, span, sorted ? ", sorted" : "",
+         small_pages ? ", 4 KiB pages" : "", s, s * 1e6 / (kTables * kRows),
+         i, i * 1e6 / (kTables * kRows));
   return 0;
 }
