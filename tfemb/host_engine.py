@@ -52,6 +52,16 @@ class _TableBatch(NamedTuple):
   id_rows: Optional[List[tf.Tensor]] = None
 
 
+class _TableUpdate(NamedTuple):
+  """One table's part of a step's update, ready to write."""
+  table: Any  # its TableConfig
+  ids: tf.Tensor  # distinct ids (the global batch's under several replicas)
+  rows: Optional[tf.Tensor]  # their rows as looked up; None: read them again
+  grads: tf.Tensor  # summed gradient per distinct id
+  finite: Any  # the gradients' finite check (assert ops, bool or kernel's)
+  fused: bool  # written by the fused kernel
+
+
 class _Batch(NamedTuple):
   lookups: Dict[int, inputs.Lookup]  # by flat feature index
   tables: List[Optional[_TableBatch]]  # by table index; None: unused
@@ -474,23 +484,23 @@ class HostEmbedding(table_variables.TableVariables):
         finite = validation.finite_gradients(self._table_config[t].name, grads)
       elif finite is None:
         finite = validation.all_finite(grads)
-      updates.append((self._table_config[t], ids, w, grads, finite,
-                      self._uses_fused_kernels(t)))
+      updates.append(_TableUpdate(self._table_config[t], ids, w, grads,
+                                  finite, self._uses_fused_kernels(t)))
 
     def write():
       with tf.control_dependencies(checks):
-        for table, ids, w, grads, _, fused in updates:
-          sparse_update.update_table(table, self._variables[table.name],
-                                     ids, w, grads, fused=fused)
+        for u in updates:
+          sparse_update.update_table(u.table, self._variables[u.table.name],
+                                     u.ids, u.rows, u.grads, fused=u.fused)
         self._advance_learning_rates()
       return tf.constant(True)
 
     if self._non_finite == "raise":
-      for *_, finite, _ in updates:  # assert ops, or the raising kernel
-        checks += finite
+      for u in updates:  # assert ops, or the raising kernel
+        checks += u.finite
       write()
     else:  # "skip": the whole step, for every table, and count it
-      finite = tf.reduce_all([f for *_, f, _ in updates])
+      finite = tf.reduce_all([u.finite for u in updates])
       tf.cond(finite, write, self._count_skipped_step)
 
   def _advance_learning_rates(self):
