@@ -418,13 +418,10 @@ inline void RuleRow(const Update& p, const float* __restrict g,
   }
 }
 
-inline void ClipRow(float* __restrict to, const float* __restrict from,
-                    float lo, float hi, int64_t dim) {
+// `from` clipped into `to`, which may be `from` itself (so no __restrict).
+inline void ClipRow(float* to, const float* from, float lo, float hi,
+                    int64_t dim) {
   for (int64_t d = 0; d < dim; ++d) to[d] = std::min(std::max(from[d], lo), hi);
-}
-
-inline void ClipRowInPlace(float* x, float lo, float hi, int64_t dim) {
-  for (int64_t d = 0; d < dim; ++d) x[d] = std::min(std::max(x[d], lo), hi);
 }
 
 // The whole pipeline on every touched row: clip g, rule, decay, clip w.
@@ -454,7 +451,7 @@ void ApplyAll(const Update& p, const int64_t* ids, const float* grads,
       const float* o = old.data();
       for (int64_t d = 0; d < dim; ++d) wr[d] = wr[d] - decay * o[d];
     }
-    if (p.clip_w) ClipRowInPlace(wr, p.clip_w_min, p.clip_w_max, dim);
+    if (p.clip_w) ClipRow(wr, wr, p.clip_w_min, p.clip_w_max, dim);
   }
 }
 
