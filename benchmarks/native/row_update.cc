@@ -6,15 +6,25 @@
 //   /tmp/row_update 5000000 sorted      # the ids of each step in row order
 //   /tmp/row_update 5000000 span=100000 # ids drawn from the first 100k rows
 //   /tmp/row_update 5000000 4k          # 4 KiB pages instead of 2 MiB
+//   /tmp/row_update 5000000 zipf        # the suite's ids (see below)
+//   /tmp/row_update 5000000 zipf lookup # each step a lookup, then the update
 //
 // Per table, 1900 distinct rows drawn uniformly (every one a cache miss at
 // 5M rows), each updated in place by Adam's rule (parameters and two slots,
 // dim 32, float32), rows prefetched 8 ahead, tables backed by 2 MiB pages:
 //   separate     three [rows, 32] arrays (tfemb's layout, TensorFlow's)
 //   interleaved  one [rows, 96] array (parameters and slots side by side)
+// With `zipf`, each step's rows are instead the distinct ids of a batch of
+// the suite (benchmarks/workload.py: 4096 ids per table drawn from a Zipf
+// law of exponent 1.1, popular ranks scattered over the table) and the steps
+// cycle through 8 such batches as the suite does, so the rows of a step are
+// often ones a recent step touched: at 5M rows about 2,000 per table and
+// step, 11,500 per table over the 8 batches.
 // Alternating rounds of 10 steps; prints the median per step of 4 tables.
 // The options tell what the cost per row depends on: the size of the region
-// the rows come from and the page size, not the order of the rows.
+// the rows come from and the page size, not the order of the rows; and,
+// with `lookup`, how much the interleaved layout gains once the step's
+// lookup has read the rows' parameters before the update (as in training).
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -24,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <unordered_set>
 #include <vector>
 
 namespace {
@@ -56,6 +67,23 @@ void Adam(const float* __restrict g, float* __restrict w, float* __restrict m,
   }
 }
 
+// The distinct ids of `n` ids drawn as benchmarks/workload.py's zipf_ids
+// draws them (same law, another random generator), in first-seen order.
+std::vector<long> ZipfBatch(std::mt19937_64& rng, long vocab, int table,
+                            int n) {
+  const double s = 1.1, top = std::pow(double(vocab), 1 - s) - 1;
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::unordered_set<long> seen;
+  std::vector<long> ids;
+  for (int i = 0; i < n; ++i) {
+    long rank = long(std::floor(std::pow(top * uniform(rng) + 1, 1 / (1 - s))));
+    rank = std::min(std::max(rank - 1, 0L), vocab - 1);
+    const long id = long((__int128(rank) * 2654435761L + table * 7919) % vocab);
+    if (seen.insert(id).second) ids.push_back(id);
+  }
+  return ids;
+}
+
 double Median(std::vector<double> x) {
   std::sort(x.begin(), x.end());
   return x[x.size() / 2];
@@ -66,10 +94,12 @@ double Median(std::vector<double> x) {
 int main(int argc, char** argv) {
   const long vocab = argc > 1 ? atol(argv[1]) : 5000000;
   long span = vocab;
-  bool sorted = false;
+  bool sorted = false, zipf = false, lookup = false;
   for (int a = 2; a < argc; ++a) {
     if (!strcmp(argv[a], "sorted")) sorted = true;
     else if (!strcmp(argv[a], "4k")) small_pages = true;
+    else if (!strcmp(argv[a], "zipf")) zipf = true;
+    else if (!strcmp(argv[a], "lookup")) lookup = true;
     else if (!strncmp(argv[a], "span=", 5)) span = atol(argv[a] + 5);
     else { fprintf(stderr, "unknown option %s\n", argv[a]); return 2; }
   }
@@ -81,17 +111,44 @@ int main(int argc, char** argv) {
     both[t] = Table(vocab * kDim * 3);
   }
   std::mt19937_64 rng(1);
-  std::vector<std::vector<long>> ids(64, std::vector<long>(kRows));
-  for (auto& batch : ids) {
-    for (auto& id : batch) id = static_cast<long>(rng() % span);
+  // ids[step % ids.size() * kTables + table]: one list of rows per table.
+  std::vector<std::vector<long>> ids(zipf ? 8 * kTables : 64,
+                                     std::vector<long>(kRows));
+  for (size_t b = 0; b < ids.size(); ++b) {
+    auto& batch = ids[b];
+    if (zipf) {
+      batch = ZipfBatch(rng, vocab, b % kTables, 4096);
+    } else {
+      for (auto& id : batch) id = static_cast<long>(rng() % span);
+    }
     if (sorted) std::sort(batch.begin(), batch.end());
   }
-  std::vector<float> g(kRows * kDim, 1e-3f);
-  auto separate = [&](int step) {
+  size_t rows_per_step = 0;  // over the 8 batches, for ns per row
+  for (const auto& batch : ids) rows_per_step += batch.size();
+  rows_per_step /= ids.size() / kTables;
+  std::vector<float> g(4096 * kDim, 1e-3f);
+  // With `lookup`, a step first reads every table's rows of the step as the
+  // lookup does (the parameters only, into the activations), then updates.
+  std::vector<float> out(4096 * kDim);
+  auto read_rows = [&](int step, const std::vector<float*>& base, int width) {
     for (int t = 0; t < kTables; ++t) {
-      const long* u = ids[(step * kTables + t) % ids.size()].data();
-      for (int r = 0; r < kRows; ++r) {
-        if (r + kAhead < kRows) {
+      const auto& batch = ids[(step * kTables + t) % ids.size()];
+      const int rows = batch.size();
+      for (int r = 0; r < rows; ++r) {
+        if (r + kAhead < rows) Prefetch(base[t] + batch[r + kAhead] * width, 2);
+        std::memcpy(out.data() + r * kDim, base[t] + batch[r] * width,
+                    kDim * sizeof(float));
+      }
+    }
+  };
+  auto separate = [&](int step) {
+    if (lookup) read_rows(step, w, kDim);
+    for (int t = 0; t < kTables; ++t) {
+      const auto& batch = ids[(step * kTables + t) % ids.size()];
+      const long* u = batch.data();
+      const int rows = batch.size();
+      for (int r = 0; r < rows; ++r) {
+        if (r + kAhead < rows) {
           const long a = u[r + kAhead] * kDim;
           Prefetch(w[t] + a, 2);
           Prefetch(m[t] + a, 2);
@@ -103,10 +160,13 @@ int main(int argc, char** argv) {
     }
   };
   auto interleaved = [&](int step) {
+    if (lookup) read_rows(step, both, 3 * kDim);
     for (int t = 0; t < kTables; ++t) {
-      const long* u = ids[(step * kTables + t) % ids.size()].data();
-      for (int r = 0; r < kRows; ++r) {
-        if (r + kAhead < kRows) Prefetch(both[t] + u[r + kAhead] * kDim * 3, 6);
+      const auto& batch = ids[(step * kTables + t) % ids.size()];
+      const long* u = batch.data();
+      const int rows = batch.size();
+      for (int r = 0; r < rows; ++r) {
+        if (r + kAhead < rows) Prefetch(both[t] + u[r + kAhead] * kDim * 3, 6);
         float* row = both[t] + u[r] * kDim * 3;
         Adam(g.data() + r * kDim, row, row + kDim, row + 2 * kDim);
       }
@@ -124,11 +184,17 @@ int main(int argc, char** argv) {
     ti.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count() / 10);
   }
   const double s = Median(ts), i = Median(ti);
-  printf("%ld rows x %d tables, %d random rows each (from the first %ld%s%s), "
-         "Adam: separate %.3f ms (%.0f ns per row), interleaved %.3f ms "
-         "(%.0f ns per row)\n",
-         vocab, kTables, kRows, span, sorted ? ", sorted" : "",
-         small_pages ? ", 4 KiB pages" : "", s, s * 1e6 / (kTables * kRows),
-         i, i * 1e6 / (kTables * kRows));
+  const double per_row = 1e6 / rows_per_step;
+  if (zipf) {
+    printf("%ld rows x %d tables, the suite's Zipf batches (%zu distinct "
+           "rows per step)", vocab, kTables, rows_per_step);
+  } else {
+    printf("%ld rows x %d tables, %d random rows each (from the first %ld)",
+           vocab, kTables, kRows, span);
+  }
+  printf("%s%s%s, Adam: separate %.3f ms (%.0f ns per row), interleaved "
+         "%.3f ms (%.0f ns per row)\n", lookup ? ", after a lookup" : "",
+         sorted ? ", sorted" : "",
+         small_pages ? ", 4 KiB pages" : "", s, s * per_row, i, i * per_row);
   return 0;
 }
