@@ -8,12 +8,15 @@
 //   /tmp/row_update 5000000 4k          # 4 KiB pages instead of 2 MiB
 //   /tmp/row_update 5000000 zipf        # the suite's ids (see below)
 //   /tmp/row_update 5000000 zipf lookup # each step a lookup, then the update
+//   /tmp/row_update 5000000 zipf lookup slots  # only the slots side by side
 //
 // Per table, 1900 distinct rows drawn uniformly (every one a cache miss at
 // 5M rows), each updated in place by Adam's rule (parameters and two slots,
 // dim 32, float32), rows prefetched 8 ahead, tables backed by 2 MiB pages:
 //   separate     three [rows, 32] arrays (tfemb's layout, TensorFlow's)
-//   interleaved  one [rows, 96] array (parameters and slots side by side)
+//   interleaved  one [rows, 96] array (parameters and slots side by side);
+//                with `slots`, the parameters apart and only the two slots
+//                side by side in a [rows, 64] array
 // With `zipf`, each step's rows are instead the distinct ids of a batch of
 // the suite (benchmarks/workload.py: 4096 ids per table drawn from a Zipf
 // law of exponent 1.1, popular ranks scattered over the table) and the steps
@@ -94,21 +97,26 @@ double Median(std::vector<double> x) {
 int main(int argc, char** argv) {
   const long vocab = argc > 1 ? atol(argv[1]) : 5000000;
   long span = vocab;
-  bool sorted = false, zipf = false, lookup = false;
+  bool sorted = false, zipf = false, lookup = false, slots_only = false;
   for (int a = 2; a < argc; ++a) {
     if (!strcmp(argv[a], "sorted")) sorted = true;
     else if (!strcmp(argv[a], "4k")) small_pages = true;
     else if (!strcmp(argv[a], "zipf")) zipf = true;
     else if (!strcmp(argv[a], "lookup")) lookup = true;
+    else if (!strcmp(argv[a], "slots")) slots_only = true;
     else if (!strncmp(argv[a], "span=", 5)) span = atol(argv[a] + 5);
     else { fprintf(stderr, "unknown option %s\n", argv[a]); return 2; }
   }
-  std::vector<float*> w(kTables), m(kTables), v(kTables), both(kTables);
+  // both: [rows, 96], or [rows, 64] (the slots) beside w2 with `slots`.
+  std::vector<float*> w(kTables), m(kTables), v(kTables), both(kTables),
+      w2(kTables);
+  const int width = slots_only ? 2 * kDim : 3 * kDim;
   for (int t = 0; t < kTables; ++t) {
     w[t] = Table(vocab * kDim);
     m[t] = Table(vocab * kDim);
     v[t] = Table(vocab * kDim);
-    both[t] = Table(vocab * kDim * 3);
+    both[t] = Table(vocab * width);
+    if (slots_only) w2[t] = Table(vocab * kDim);
   }
   std::mt19937_64 rng(1);
   // ids[step % ids.size() * kTables + table]: one list of rows per table.
@@ -130,13 +138,14 @@ int main(int argc, char** argv) {
   // With `lookup`, a step first reads every table's rows of the step as the
   // lookup does (the parameters only, into the activations), then updates.
   std::vector<float> out(4096 * kDim);
-  auto read_rows = [&](int step, const std::vector<float*>& base, int width) {
+  auto read_rows = [&](int step, const std::vector<float*>& base,
+                       int stride) {
     for (int t = 0; t < kTables; ++t) {
       const auto& batch = ids[(step * kTables + t) % ids.size()];
       const int rows = batch.size();
       for (int r = 0; r < rows; ++r) {
-        if (r + kAhead < rows) Prefetch(base[t] + batch[r + kAhead] * width, 2);
-        std::memcpy(out.data() + r * kDim, base[t] + batch[r] * width,
+        if (r + kAhead < rows) Prefetch(base[t] + batch[r + kAhead] * stride, 2);
+        std::memcpy(out.data() + r * kDim, base[t] + batch[r] * stride,
                     kDim * sizeof(float));
       }
     }
@@ -160,14 +169,22 @@ int main(int argc, char** argv) {
     }
   };
   auto interleaved = [&](int step) {
-    if (lookup) read_rows(step, both, 3 * kDim);
+    if (lookup) read_rows(step, slots_only ? w2 : both,
+                          slots_only ? kDim : width);
     for (int t = 0; t < kTables; ++t) {
       const auto& batch = ids[(step * kTables + t) % ids.size()];
       const long* u = batch.data();
       const int rows = batch.size();
       for (int r = 0; r < rows; ++r) {
-        if (r + kAhead < rows) Prefetch(both[t] + u[r + kAhead] * kDim * 3, 6);
-        float* row = both[t] + u[r] * kDim * 3;
+        if (r + kAhead < rows) {
+          Prefetch(both[t] + u[r + kAhead] * width, width / 16);
+          if (slots_only) Prefetch(w2[t] + u[r + kAhead] * kDim, 2);
+        }
+        float* row = both[t] + u[r] * width;
+        if (slots_only) {
+          Adam(g.data() + r * kDim, w2[t] + u[r] * kDim, row, row + kDim);
+          continue;
+        }
         Adam(g.data() + r * kDim, row, row + kDim, row + 2 * kDim);
       }
     }
@@ -192,9 +209,10 @@ int main(int argc, char** argv) {
     printf("%ld rows x %d tables, %d random rows each (from the first %ld)",
            vocab, kTables, kRows, span);
   }
-  printf("%s%s%s, Adam: separate %.3f ms (%.0f ns per row), interleaved "
-         "%.3f ms (%.0f ns per row)\n", lookup ? ", after a lookup" : "",
+  printf("%s%s%s, Adam: separate %.3f ms (%.0f ns per row), %s %.3f ms "
+         "(%.0f ns per row)\n", lookup ? ", after a lookup" : "",
          sorted ? ", sorted" : "",
-         small_pages ? ", 4 KiB pages" : "", s, s * per_row, i, i * per_row);
+         small_pages ? ", 4 KiB pages" : "", s, s * per_row,
+         slots_only ? "slots side by side" : "interleaved", i, i * per_row);
   return 0;
 }

@@ -12,6 +12,12 @@
 //                      a table and its slots, in place: clip g, the optimizer's
 //                      rule, decoupled weight decay, clip w.
 //
+// A table's slots may also sit beside its parameters in one variable of
+// [rows, (1 + slots) x dim] (parameters first, then the slots in the
+// optimizer's order): TfembDedupGather's `row_width` and TfembApplyRows'
+// `interleaved` say so. A step's lookup then brings in the lines and the
+// page its update needs (benchmarks/README.md: 30% of Adam's step at 5M).
+//
 // The update's arithmetic follows tfemb/update_rules.py operation by
 // operation (the same float32 constants, the same order), so both paths give
 // the same numbers up to the rounding of sqrt/rsqrt/pow.
@@ -171,6 +177,10 @@ class DedupGatherOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("feature_names", &feature_names_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &table_name_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("row_width", &row_width_));
+    if (row_width_ == 0) row_width_ = dim_;
+    OP_REQUIRES(ctx, row_width_ >= dim_,
+                absl::InvalidArgumentError("row_width below dim"));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -230,19 +240,20 @@ class DedupGatherOp : public OpKernel {
     float* out = rows->flat<float>().data();
     for (int64_t k = 0; k < total; ++k) {
       if (k + kPrefetchRows < total) {
-        PrefetchRow(src + unique[pos[k + kPrefetchRows]] * dim_, dim_);
+        PrefetchRow(src + unique[pos[k + kPrefetchRows]] * row_width_, dim_);
       }
-      CopyRow(out + k * dim_, src + unique[pos[k]] * dim_, dim_);
+      CopyRow(out + k * dim_, src + unique[pos[k]] * row_width_, dim_);
     }
   }
 
  private:
   absl::Status CheckTable(const Tensor& table) const {
     if (table.dtype() != ::tensorflow::DT_FLOAT || table.dims() != 2 ||
-        table.dim_size(0) != vocabulary_size_ || table.dim_size(1) != dim_) {
+        table.dim_size(0) != vocabulary_size_ ||
+        table.dim_size(1) != row_width_) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Table '", table_name_, "': expected a float32 variable of shape [",
-          vocabulary_size_, ", ", dim_, "], got ",
+          vocabulary_size_, ", ", row_width_, "], got ",
           table.shape().DebugString()));
     }
     return absl::OkStatus();
@@ -250,6 +261,7 @@ class DedupGatherOp : public OpKernel {
 
   int64_t vocabulary_size_;
   int64_t dim_;
+  int64_t row_width_;  // of the variable: dim, or more with slots beside
   std::vector<std::string> feature_names_;
   std::string table_name_;
 };
@@ -425,18 +437,26 @@ inline void ClipRow(float* to, const float* from, float lo, float hi,
 }
 
 // The whole pipeline on every touched row: clip g, rule, decay, clip w.
+// Row i of the parameters is at w + i * stride, of the slots at s0 and s1 +
+// i * stride: stride is dim for separate variables, or (1 + slots) x dim with
+// the slots beside the parameters in one variable (s0 = w + dim, ...).
 template <int kRule>
 void ApplyAll(const Update& p, const int64_t* ids, const float* grads,
-              int64_t u, int64_t dim, float* w, float* s0, float* s1) {
+              int64_t u, int64_t dim, int64_t stride, float* w, float* s0,
+              float* s1) {
   std::vector<float> clipped(dim), old(dim);
   for (int64_t r = 0; r < u; ++r) {
     if (r + kPrefetchRows < u) {
-      const int64_t ahead = ids[r + kPrefetchRows] * dim;
-      PrefetchRow(w + ahead, dim);
-      if (s0) PrefetchRow(s0 + ahead, dim);
-      if (s1) PrefetchRow(s1 + ahead, dim);
+      const int64_t ahead = ids[r + kPrefetchRows] * stride;
+      if (stride != dim) {
+        PrefetchRow(w + ahead, stride);  // parameters and slots, together
+      } else {
+        PrefetchRow(w + ahead, dim);
+        if (s0) PrefetchRow(s0 + ahead, dim);
+        if (s1) PrefetchRow(s1 + ahead, dim);
+      }
     }
-    const int64_t at = ids[r] * dim;
+    const int64_t at = ids[r] * stride;
     const float* g = grads + r * dim;
     if (p.clip_g) {
       ClipRow(clipped.data(), g, p.clip_g_min, p.clip_g_max, dim);
@@ -485,6 +505,7 @@ class ApplyRowsOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("weight_decay_factor", &p_.decay));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("multiply_weight_decay_by_lr",
                                      &decay_by_lr_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("interleaved", &interleaved_));
     OP_REQUIRES(ctx, clip_g.size() == 2 && clip_w.size() == 2,
                 absl::InvalidArgumentError("clip bounds: [min, max]"));
     p_.clip_g_min = clip_g[0];
@@ -503,7 +524,8 @@ class ApplyRowsOp : public OpKernel {
     }
     OP_REQUIRES(ctx, rule_ >= 0,
                 absl::InvalidArgumentError("unknown rule " + rule));
-    OP_REQUIRES(ctx, ctx->num_inputs() - 4 == kSlots[rule_] &&
+    slots_ = kSlots[rule_];
+    OP_REQUIRES(ctx, ctx->num_inputs() - 4 == (interleaved_ ? 0 : slots_) &&
                          static_cast<int>(h.size()) == kConstants[rule_],
                 absl::InvalidArgumentError(
                     "wrong number of slots or constants for " + rule));
@@ -542,16 +564,17 @@ class ApplyRowsOp : public OpKernel {
     ExclusiveLocks locks(order);
     std::vector<float*> data(num_vars);
     int64_t rows = 0;
+    const int64_t stride = interleaved_ ? (1 + slots_) * dim : dim;
     for (int i = 0; i < num_vars; ++i) {
       Tensor* t = vars[i]->tensor();
       OP_REQUIRES(ctx,
                   t->dtype() == ::tensorflow::DT_FLOAT && t->dims() == 2 &&
-                      t->dim_size(1) == dim &&
+                      t->dim_size(1) == stride &&
                       (i == 0 || t->dim_size(0) == rows),
                   absl::InvalidArgumentError(absl::StrCat(
                       "Table '", table_name_, "': variable ", i,
                       " has shape ", t->shape().DebugString(),
-                      ", expected [rows, ", dim, "] float32")));
+                      ", expected [rows, ", stride, "] float32")));
       if (i == 0) rows = t->dim_size(0);
       data[i] = t->flat<float>().data();
       BackWithHugePages(vars[i].get(), *t);
@@ -564,13 +587,17 @@ class ApplyRowsOp : public OpKernel {
                       " outside [0, ", rows, ")")));
     }
     data.resize(3, nullptr);
+    if (interleaved_) {  // the slots' columns follow the parameters'
+      for (int i = 1; i <= slots_; ++i) data[i] = data[0] + i * dim;
+    }
     const float* g = grads.flat<float>().data();
+    float *w = data[0], *s0 = data[1], *s1 = data[2];
     switch (rule_) {
-      case 0: ApplyAll<0>(p, id, g, u, dim, data[0], data[1], data[2]); break;
-      case 1: ApplyAll<1>(p, id, g, u, dim, data[0], data[1], data[2]); break;
-      case 2: ApplyAll<2>(p, id, g, u, dim, data[0], data[1], data[2]); break;
-      case 3: ApplyAll<3>(p, id, g, u, dim, data[0], data[1], data[2]); break;
-      default: ApplyAll<4>(p, id, g, u, dim, data[0], data[1], data[2]);
+      case 0: ApplyAll<0>(p, id, g, u, dim, stride, w, s0, s1); break;
+      case 1: ApplyAll<1>(p, id, g, u, dim, stride, w, s0, s1); break;
+      case 2: ApplyAll<2>(p, id, g, u, dim, stride, w, s0, s1); break;
+      case 3: ApplyAll<3>(p, id, g, u, dim, stride, w, s0, s1); break;
+      default: ApplyAll<4>(p, id, g, u, dim, stride, w, s0, s1);
     }
   }
 
@@ -578,7 +605,9 @@ class ApplyRowsOp : public OpKernel {
   std::string table_name_;
   Update p_;
   bool decay_by_lr_;
+  bool interleaved_;  // slots beside the parameters, in one variable
   int rule_;
+  int slots_;
 };
 
 }  // namespace
@@ -594,6 +623,7 @@ REGISTER_OP("TfembDedupGather")
     .Attr("dim: int")
     .Attr("feature_names: list(string)")
     .Attr("table_name: string")
+    .Attr("row_width: int = 0")  // the variable's; 0: dim (parameters only)
     .SetIsStateful()
     .SetShapeFn(DedupGatherShape);
 
@@ -621,6 +651,7 @@ REGISTER_OP("TfembApplyRows")
     .Attr("clip_weight: list(float)")
     .Attr("weight_decay_factor: float")
     .Attr("multiply_weight_decay_by_lr: bool")
+    .Attr("interleaved: bool = false")  // slots beside the parameters
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::NoOutputs);
 

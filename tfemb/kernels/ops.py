@@ -52,12 +52,17 @@ def _handle(variable):
 
 
 def dedup_gather(table, variable, ids: Sequence[tf.Tensor],
-                 feature_names: Sequence[str]):
-  """(unique_ids [u], positions [n], rows [n, dim]) for the table's ids."""
+                 feature_names: Sequence[str], row_width: int = 0):
+  """(unique_ids [u], positions [n], rows [n, dim]) for the table's ids.
+
+  `row_width`: the variable's width when it holds the slots beside the
+  parameters (the parameters are its first `dim` columns); 0: `dim`.
+  """
   return build.load().tfemb_dedup_gather(
       table=_handle(variable), ids=[tf.cast(i, tf.int64) for i in ids],
       vocabulary_size=table.vocabulary_size, dim=table.dim,
-      feature_names=list(feature_names), table_name=table.name)
+      feature_names=list(feature_names), table_name=table.name,
+      row_width=row_width)
 
 
 def row_gradients(table, grads, positions, unique_ids, raise_non_finite):
@@ -89,11 +94,17 @@ def constants(opt) -> Tuple[str, List[float]]:
   return rule, []
 
 
-def apply_rows(table, variables, ids, grads, lr):
-  """The table's optimizer on rows `ids` of the table and its slots."""
+def apply_rows(table, variables, ids, grads, lr, interleaved=False):
+  """The table's optimizer on rows `ids` of the table and its slots.
+
+  With `interleaved`, `variables["parameters"]` holds the slots too: a
+  variable of [rows, (1 + slots) x dim], the parameters first, then each
+  slot in the optimizer's order.
+  """
   opt = table.optimizer
   rule, hyperparameters = constants(opt)
-  slots = [_handle(variables[n]) for n in opt._slot_names()]  # pylint: disable=protected-access
+  slots = [] if interleaved else [
+      _handle(variables[n]) for n in opt._slot_names()]  # pylint: disable=protected-access
   return build.load().tfemb_apply_rows(
       parameters=_handle(variables["parameters"]), slots=slots, ids=ids,
       gradients=grads, learning_rate=lr, table_name=table.name, rule=rule,
@@ -102,4 +113,5 @@ def apply_rows(table, variables, ids, grads, lr):
       clip_weight=_bounds(opt.clip_weight_min, opt.clip_weight_max),
       weight_decay_factor=float(opt.weight_decay_factor or 0.0),
       multiply_weight_decay_by_lr=bool(
-          opt.multiply_weight_decay_factor_by_learning_rate))
+          opt.multiply_weight_decay_factor_by_learning_rate),
+      interleaved=interleaved)
