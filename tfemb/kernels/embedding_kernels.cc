@@ -266,6 +266,48 @@ class DedupGatherOp : public OpKernel {
   std::string table_name_;
 };
 
+// --- TfembReadColumns -------------------------------------------------------
+
+// Columns [begin, begin + width) of a [rows, n] variable, copied straight
+// from its buffer: one slot (or the parameters) of an interleaved table,
+// without the copy of the whole variable a dense read makes once the
+// variable has been accessed sparsely.
+class ReadColumnsOp : public OpKernel {
+ public:
+  explicit ReadColumnsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("begin", &begin_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("width", &width_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    RefCountPtr<Var> var;
+    OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, 0), &var));
+    ::tensorflow::tf_shared_lock lock(*var->mu());
+    const Tensor& table = *var->tensor();
+    OP_REQUIRES(ctx,
+                table.dtype() == ::tensorflow::DT_FLOAT && table.dims() == 2 &&
+                    begin_ >= 0 && width_ >= 0 &&
+                    begin_ + width_ <= table.dim_size(1),
+                absl::InvalidArgumentError(absl::StrCat(
+                    "columns [", begin_, ", ", begin_ + width_,
+                    ") of a float32 matrix; got ",
+                    table.shape().DebugString())));
+    const int64_t rows = table.dim_size(0), n = table.dim_size(1);
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({rows, width_}),
+                                             &out));
+    const float* src = table.flat<float>().data() + begin_;
+    float* to = out->flat<float>().data();
+    for (int64_t r = 0; r < rows; ++r) {
+      std::copy(src + r * n, src + r * n + width_, to + r * width_);
+    }
+  }
+
+ private:
+  int64_t begin_;
+  int64_t width_;
+};
+
 // --- TfembRowGradients ------------------------------------------------------
 
 inline void AddRow(float* __restrict row, const float* __restrict g,
@@ -627,6 +669,19 @@ REGISTER_OP("TfembDedupGather")
     .SetIsStateful()
     .SetShapeFn(DedupGatherShape);
 
+REGISTER_OP("TfembReadColumns")
+    .Input("table: resource")
+    .Output("columns: float")
+    .Attr("begin: int")
+    .Attr("width: int")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      int64_t width;
+      TF_RETURN_IF_ERROR(c->GetAttr("width", &width));
+      c->set_output(0, c->Matrix(c->UnknownDim(), width));
+      return absl::OkStatus();
+    });
+
 REGISTER_OP("TfembRowGradients")
     .Input("gradients: float")
     .Input("positions: int64")
@@ -657,6 +712,8 @@ REGISTER_OP("TfembApplyRows")
 
 REGISTER_KERNEL_BUILDER(Name("TfembDedupGather").Device(DEVICE_CPU),
                         DedupGatherOp);
+REGISTER_KERNEL_BUILDER(Name("TfembReadColumns").Device(DEVICE_CPU),
+                        ReadColumnsOp);
 REGISTER_KERNEL_BUILDER(Name("TfembRowGradients").Device(DEVICE_CPU),
                         RowGradientsOp);
 REGISTER_KERNEL_BUILDER(Name("TfembApplyRows").Device(DEVICE_CPU),

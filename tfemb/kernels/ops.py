@@ -29,6 +29,16 @@ for _op in ("TfembDedupGather", "TfembRowGradients", "TfembApplyRows"):
   tf.no_gradient(_op)
 
 
+# The columns of an interleaved table's storage are the view's value
+# (`tfemb.interleaved_tables`): a tape watching the view (its handle is the
+# storage's) gets the gradient of the `[rows, width]` view, as it would of a
+# plain variable's read.
+@tf.RegisterGradient("TfembReadColumns")
+def _read_columns_gradient(op, grad):
+  del op
+  return [grad]
+
+
 def usable(variables: Dict[str, tf.Variable], optimizer) -> bool:
   """True if this table can use the fused kernels."""
   if build.load() is None:
@@ -36,6 +46,7 @@ def usable(variables: Dict[str, tf.Variable], optimizer) -> bool:
   if optimizer is not None and not getattr(optimizer, "lazy_adam", True):
     return False  # non-lazy Adam updates every row: TensorFlow ops
   for v in variables.values():
+    v = getattr(v, "interleaved_storage", v)  # an interleaved table's
     if (not isinstance(v, resource_variable_ops.BaseResourceVariable) or
         isinstance(v, tf.distribute.DistributedValues)):
       return False  # mirrored, sharded or otherwise wrapped
@@ -46,9 +57,25 @@ def usable(variables: Dict[str, tf.Variable], optimizer) -> bool:
 
 def _handle(variable):
   """The variable's handle, its use recorded as TensorFlow's own variable
-  ops record it (so functions that use it track it, e.g. for export)."""
+  ops record it (so functions that use it track it, e.g. for export). For
+  a column of an interleaved table (`tfemb.interleaved_tables`), the
+  handle of the variable that holds the whole table."""
+  variable = getattr(variable, "interleaved_storage", variable)
   resource_variable_ops.variable_accessed(variable)
   return variable.handle
+
+
+def _row_width(variable) -> int:
+  """The width of an interleaved table's storage; 0 for a plain variable."""
+  storage = getattr(variable, "interleaved_storage", None)
+  return 0 if storage is None else int(storage.shape[1])
+
+
+def read_columns(storage, begin: int, width: int) -> tf.Tensor:
+  """Columns [begin, begin + width) of `storage`, without a copy of the
+  whole storage."""
+  return build.load().tfemb_read_columns(table=storage.handle, begin=begin,
+                                         width=width)
 
 
 def dedup_gather(table, variable, ids: Sequence[tf.Tensor],
@@ -56,13 +83,14 @@ def dedup_gather(table, variable, ids: Sequence[tf.Tensor],
   """(unique_ids [u], positions [n], rows [n, dim]) for the table's ids.
 
   `row_width`: the variable's width when it holds the slots beside the
-  parameters (the parameters are its first `dim` columns); 0: `dim`.
+  parameters (the parameters are its first `dim` columns); 0: `dim`, or
+  the storage's width for an interleaved table's parameters.
   """
   return build.load().tfemb_dedup_gather(
       table=_handle(variable), ids=[tf.cast(i, tf.int64) for i in ids],
       vocabulary_size=table.vocabulary_size, dim=table.dim,
       feature_names=list(feature_names), table_name=table.name,
-      row_width=row_width)
+      row_width=row_width or _row_width(variable))
 
 
 def row_gradients(table, grads, positions, unique_ids, raise_non_finite):
@@ -103,6 +131,7 @@ def apply_rows(table, variables, ids, grads, lr, interleaved=False):
   """
   opt = table.optimizer
   rule, hyperparameters = constants(opt)
+  interleaved = interleaved or bool(_row_width(variables["parameters"]))
   slots = [] if interleaved else [
       _handle(variables[n]) for n in opt._slot_names()]  # pylint: disable=protected-access
   return build.load().tfemb_apply_rows(
