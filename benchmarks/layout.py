@@ -7,9 +7,11 @@ Times the suite's embedding-only step (its 8 tables and Zipf batches, 8
 batches per call) on tfemb's fused kernels called directly, with each
 table's parameters and slots in
 
-  separate     one [rows, dim] variable each (tfemb's layout today, TF's)
-  interleaved  one [rows, (1 + slots) x dim] variable (the kernels'
-               `row_width` / `interleaved`)
+  separate     one [rows, dim] variable each (TensorFlow's layout, and
+               tfemb's by default)
+  interleaved  one [rows, (1 + slots) x dim] variable (tfemb's with
+               TFEMB_INTERLEAVED_SLOTS=1, `tfemb.interleaved_tables`; the
+               kernels' `row_width` / `interleaved`)
 
 Each (layout, size) runs in its own process, one after another, the two
 layouts alternating over `--rounds` (at 5M rows with Adam one layout fills

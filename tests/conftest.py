@@ -18,13 +18,28 @@ tf.config.set_logical_device_configuration(
     _cpu, [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
 
 
-@pytest.fixture(params=["fused", "tensorflow"])
+@pytest.fixture(params=["fused", "interleaved", "tensorflow"])
 def engine_path(request, monkeypatch):
-  """Runs a test on both host paths: the fused CPU kernels (which must build
-  here: the machine has a C++ compiler) and TensorFlow's own ops."""
+  """Runs a test on every host path: the fused CPU kernels (which must build
+  here: the machine has a C++ compiler), the same with each table's slots
+  beside its parameters (`tfemb.interleaved_tables`), and TensorFlow's own
+  ops."""
+  from tfemb import interleaved_tables  # pylint: disable=g-import-not-at-top
   from tfemb.kernels import build, ops  # pylint: disable=g-import-not-at-top
-  if request.param == "fused":
-    assert build.load() is not None, "the fused kernels did not build"
-  else:
+  monkeypatch.setenv(interleaved_tables.ENV,
+                     "1" if request.param == "interleaved" else "0")
+  if request.param == "tensorflow":
     monkeypatch.setattr(ops, "usable", lambda *args: False)
+  else:
+    assert build.load() is not None, "the fused kernels did not build"
+  return request.param
+
+
+@pytest.fixture(params=["separate", "interleaved"])
+def table_layout(request, monkeypatch):
+  """Runs a test with each table's slots in variables of their own, and
+  beside its parameters in one variable (`tfemb.interleaved_tables`)."""
+  from tfemb import interleaved_tables  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv(interleaved_tables.ENV,
+                     "1" if request.param == "interleaved" else "0")
   return request.param

@@ -9,6 +9,9 @@ import tfemb
 
 tf_emb = tf.tpu.experimental.embedding
 
+# Every test with the slots in their own variables and beside the parameters.
+pytestmark = pytest.mark.usefixtures("table_layout")
+
 OPTIMIZERS = {
     "sgd": lambda m: m.SGD(0.1),
     "adagrad": lambda m: m.Adagrad(0.1, initial_accumulator_value=0.2),

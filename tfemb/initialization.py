@@ -60,5 +60,8 @@ def fill_in_blocks(variable: tf.Variable, initializer, rows_per_block: int):
   for start in range(0, rows, rows_per_block):
     end = min(rows, start + rows_per_block)
     block = initializer((end - start, dim), dtype=variable.dtype)
-    variable.scatter_update(
-        tf.IndexedSlices(block, tf.range(start, end, dtype=tf.int64)))
+    if hasattr(variable, "assign_rows"):  # columns of an interleaved table
+      variable.assign_rows(start, block)
+    else:
+      variable.scatter_update(
+          tf.IndexedSlices(block, tf.range(start, end, dtype=tf.int64)))

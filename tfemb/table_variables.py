@@ -4,8 +4,10 @@
 slots. It creates them with the object graph and names of TensorFlow's
 `TPUEmbedding` / `TPUEmbeddingForServing` (so checkpoints move between
 them), initializes big ones in blocks of rows (`tfemb.initialization`),
-shards them over parameter servers when asked, refuses checkpoints of
-another configuration, and reads rows in id order (`gather_rows`).
+keeps a table's slots beside its parameters in one variable where the
+fused kernels train it (`tfemb.interleaved_tables`), shards them over
+parameter servers when asked, refuses checkpoints of another
+configuration, and reads rows in id order (`gather_rows`).
 
 Subclasses provide `_table_config` (the TableConfigs), `_strategy`,
 `_built`, `_partitioner` and `_variables` (set by `build`).
@@ -18,8 +20,10 @@ from typing import Any, Dict
 import tensorflow as tf
 from tensorflow.python.distribute import sharded_variable  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.trackable import autotrackable
+from tensorflow.python.trackable import base as trackable
 
 from tfemb import initialization
+from tfemb import interleaved_tables
 
 
 class TableVariables(autotrackable.AutoTrackable):
@@ -71,6 +75,8 @@ class TableVariables(autotrackable.AutoTrackable):
 
   def _create_variables(self, table) -> Dict[str, tf.Variable]:
     """Same object graph and names as TensorFlow's `TPUEmbeddingBase`."""
+    if interleaved_tables.wanted(table, self._is_partitioned()):
+      return self._create_interleaved(table)
     shape = (table.vocabulary_size, table.dim)
 
     def getter(name, shape, dtype, initializer, trainable):
@@ -122,6 +128,54 @@ class TableVariables(autotrackable.AutoTrackable):
         }
     slots["parameters"] = parameters
     return slots
+
+  def _create_interleaved(self, table) -> Dict[str, tf.Variable]:
+    """The parameters and slots as columns of one variable
+    (`tfemb.interleaved_tables`), under the same names and initializers."""
+    names = table.optimizer._slot_names()  # pylint: disable=protected-access
+    inits = table.optimizer._slot_initializers()  # pylint: disable=protected-access
+    rows, dim = table.vocabulary_size, table.dim
+    width = (1 + len(names)) * dim
+    storage = tf.Variable(
+        initialization.uninitialized((rows, width), tf.float32),
+        shape=(rows, width), dtype=tf.float32, trainable=False,
+        name=table.name + "/interleaved")
+
+    def create(name, initializer, column, trainable):
+      def getter(name, shape, dtype, initializer, trainable):
+        del shape  # The tracking code may clear it; use the table's.
+        view = interleaved_tables.ColumnView(storage, column * dim, dim, name,
+                                             trainable)
+        blocks = initialization.block_rows(initializer, (rows, dim), dtype)
+        if blocks:
+          initialization.fill_in_blocks(view, initializer, blocks)
+        else:
+          value = initializer((rows, dim), dtype=dtype)
+          try:
+            view.assign(value, read_value=False)
+          except ValueError as e:  # a restored value of another shape
+            raise ValueError(
+                f"Table {table.name!r} ({name}): expected shape "
+                f"{(rows, dim)} (vocabulary_size, dim); the checkpoint "
+                f"being restored holds another: {e}") from None
+        return view
+
+      return self._add_variable_with_custom_getter(
+          name=name, initializer=initializer, shape=(rows, dim),
+          dtype=tf.float32, getter=getter, trainable=trainable)
+
+    parameters = create(table.name, table.initializer, 0, True)
+    slots = {name: create(table.name + "/" + name, init, k + 1, False)
+             for k, (name, init) in enumerate(zip(names, inits))}
+    slots["parameters"] = parameters
+    return slots
+
+  def _trackable_children(self, save_type=trackable.SaveType.CHECKPOINT,
+                          **kwargs):
+    children = super()._trackable_children(save_type, **kwargs)
+    if save_type == trackable.SaveType.SAVEDMODEL and self._built:
+      children.update(interleaved_tables.savedmodel_children(self._variables))
+    return children
 
   def _lookup_dependency(self, name, cached_dependencies=None):
     """Refuses a checkpoint saved with other tables or another optimizer.

@@ -1,0 +1,169 @@
+"""Tables whose slots sit beside their parameters (`TFEMB_INTERLEAVED_SLOTS=1`).
+
+Training, lookups, bad input and checkpoints run on this layout too (the
+`engine_path` and `table_layout` fixtures); this file checks what is its
+own: which tables take it, the column views as variables, their gradient,
+their initialization in blocks, and export.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-direct-tensorflow-import
+import tfemb
+from tfemb import initialization
+from tfemb import interleaved_tables
+
+VOCAB, DIM = 12, 3
+
+
+@pytest.fixture(autouse=True)
+def interleave(monkeypatch):
+  monkeypatch.setenv(interleaved_tables.ENV, "1")
+
+
+def _embedding(optimizer, **table_kwargs):
+  table = tfemb.TableConfig(VOCAB, DIM, name="t", **table_kwargs)
+  return table, tfemb.TPUEmbedding({"f": tfemb.FeatureConfig(table)},
+                                   optimizer)
+
+
+def _is_view(v):
+  return isinstance(v, interleaved_tables.ColumnView)
+
+
+def test_tables_with_slots_are_interleaved_and_others_are_not(monkeypatch):
+  _, adam = _embedding(tfemb.Adam(0.1))
+  adam.build()
+  variables = adam._variables["t"]
+  assert list(variables) == ["momenta", "velocities", "parameters"]
+  assert all(_is_view(v) for v in variables.values())
+  storage = variables["parameters"].interleaved_storage
+  assert storage.shape == (VOCAB, 3 * DIM)
+  assert all(v.interleaved_storage is storage for v in variables.values())
+
+  for plain in (tfemb.SGD(0.1), tfemb.Adam(0.1, lazy_adam=False)):
+    _, embedding = _embedding(plain)
+    embedding.build()
+    assert not any(_is_view(v) for v in embedding._variables["t"].values())
+
+  with tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
+    _, mirrored = _embedding(tfemb.Adagrad(0.1))
+  mirrored.build()
+  assert not any(_is_view(v) for v in mirrored._variables["t"].values())
+
+  for off in ("0", None):  # explicitly off, and the default
+    if off is None:
+      monkeypatch.delenv(interleaved_tables.ENV)
+    else:
+      monkeypatch.setenv(interleaved_tables.ENV, off)
+    _, embedding = _embedding(tfemb.Adam(0.1))
+    embedding.build()
+    assert not any(_is_view(v) for v in embedding._variables["t"].values())
+
+
+def test_a_view_reads_and_writes_its_columns_only():
+  start = np.arange(VOCAB * DIM, dtype=np.float32).reshape(VOCAB, DIM)
+  _, embedding = _embedding(tfemb.Adagrad(0.1, initial_accumulator_value=0.5),
+                            initializer=tf.constant_initializer(start))
+  embedding.build()
+  table = embedding._variables["t"]["parameters"]
+  accumulators = embedding._variables["t"]["accumulators"]
+  assert isinstance(table, tf.Variable)
+  assert table.shape == (VOCAB, DIM) and table.dtype == tf.float32
+  assert table.name == "t:0" and accumulators.name == "t/accumulators:0"
+  assert table.trainable and not accumulators.trainable
+  np.testing.assert_array_equal(table.numpy(), start)
+  np.testing.assert_array_equal(tf.convert_to_tensor(accumulators),
+                                np.full((VOCAB, DIM), 0.5))
+  np.testing.assert_array_equal((table + 1).numpy(), start + 1)
+  np.testing.assert_array_equal(tf.gather(table, [4, 1]), start[[4, 1]])
+
+  accumulators.assign(np.full((VOCAB, DIM), 2.0))
+  np.testing.assert_array_equal(accumulators.numpy(), 2.0)
+  np.testing.assert_array_equal(table.numpy(), start)  # untouched
+  storage = table.interleaved_storage.numpy()
+  np.testing.assert_array_equal(storage[:, :DIM], start)
+  np.testing.assert_array_equal(storage[:, DIM:], 2.0)
+
+  with pytest.raises(ValueError, match=r"shape \(12, 4\).*t:0.*\(12, 3\)"):
+    table.assign(np.zeros((VOCAB, DIM + 1), np.float32))
+  np.testing.assert_array_equal(table.numpy(), start)
+
+
+def test_the_gradient_of_a_lookup_is_the_tables():
+  """A direct lookup is differentiable with respect to the table, as with a
+  plain variable: the gradient of a gather of a [rows, dim] variable."""
+  _, embedding = _embedding(tfemb.Adam(0.1))
+  table = embedding.embedding_tables[embedding._table_config[0]]
+  ids = tf.constant([2, 7, 2], tf.int64)
+  with tf.GradientTape() as tape:
+    rows = tf.gather(table, ids)
+    loss = tf.reduce_sum(rows * tf.constant([[1.0], [2.0], [3.0]]))
+  grad = tape.gradient(loss, table)
+  assert isinstance(grad, tf.IndexedSlices)
+  dense = tf.convert_to_tensor(grad).numpy()
+  want = np.zeros((VOCAB, DIM))
+  want[2] = 1.0 + 3.0
+  want[7] = 2.0
+  np.testing.assert_array_equal(dense, want)
+
+  @tf.function
+  def lookup(ids):
+    return embedding({"f": ids})["f"]
+
+  for look in (lambda ids: embedding({"f": ids})["f"], lookup):
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_sum(look(tf.constant([5, 5, 0])))
+    grad = tape.gradient(loss, table)
+    assert grad.dense_shape.numpy().tolist() == [VOCAB, DIM]
+    np.testing.assert_array_equal(
+        tf.convert_to_tensor(grad).numpy()[[0, 5, 6]],
+        [[1.0] * DIM, [2.0] * DIM, [0.0] * DIM])
+
+
+def test_big_tables_are_initialized_in_blocks_of_rows(monkeypatch):
+  monkeypatch.setattr(initialization, "BLOCK_BYTES", 64)  # 5 rows a block
+  rows = 4000
+  table = tfemb.TableConfig(rows, 4, name="t", initializer=(
+      tf.keras.initializers.RandomUniform(-1.0, 1.0)))
+  embedding = tfemb.TPUEmbedding({"f": tfemb.FeatureConfig(table)},
+                                 tfemb.Adagrad(0.1,
+                                               initial_accumulator_value=0.25))
+  embedding.build()
+  params = embedding._variables["t"]["parameters"]
+  assert isinstance(params, interleaved_tables.ColumnView)
+  values = params.numpy()
+  # Uniform on [-1, 1): mean 0, variance 1/3; every block drawn anew.
+  assert abs(values.mean()) < 0.03 and abs(values.var() - 1 / 3) < 0.02
+  assert len(np.unique(values[:5])) == 20 and not np.array_equal(
+      values[:5], values[5:10])
+  np.testing.assert_array_equal(
+      embedding._variables["t"]["accumulators"].numpy(), 0.25)
+
+
+def test_a_saved_model_looks_up_like_the_object(tmp_path):
+  _, embedding = _embedding(tfemb.Adam(0.1))
+  embedding.build()
+  module = tf.Module()
+  module.embedding = embedding
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.int64)])
+  def lookup(ids):
+    return embedding({"f": ids})["f"]
+
+  module.lookup = lookup
+  ids = tf.constant([3, 0, 11], tf.int64)
+  want = lookup(ids).numpy()
+  tf.saved_model.save(module, str(tmp_path / "model"))
+  loaded = tf.saved_model.load(str(tmp_path / "model"))
+  np.testing.assert_array_equal(loaded.lookup(ids).numpy(), want)
+  # Only TensorFlow's ops: the model loads where tfemb is not installed.
+  proto = saved_model_pb2.SavedModel()
+  proto.ParseFromString((tmp_path / "model" / "saved_model.pb").read_bytes())
+  graph = proto.meta_graphs[0].graph_def
+  types = {n.op for n in graph.node}
+  types |= {n.op for f in graph.library.function for n in f.node_def}
+  assert "ResourceGather" in types
+  assert not [t for t in types if t.startswith("Tfemb")], types

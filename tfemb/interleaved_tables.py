@@ -1,0 +1,284 @@
+"""Tables whose slots sit beside their parameters, in one variable.
+
+A step looks a table's rows up and then updates them with their slots. With
+the parameters and each slot in variables of their own, the update goes to
+1 + slots other places in memory for every row; with all of them side by
+side in one `[rows, (1 + slots) x dim]` variable (the parameters first,
+then the slots in the optimizer's order) the lookup has already brought in
+the page and the neighbouring lines the update needs. At 5M rows per table
+that is 27% of the embedding step with Adam and with Adagrad
+(`benchmarks/layout.py`).
+
+Everyone else still sees TensorFlow's variables: the parameters and each
+slot are a `ColumnView`, a `tf.Variable` of `[rows, dim]` over its columns,
+with TensorFlow's name, read, assigned, differentiated (through `tf.gather`)
+and checkpointed under the same keys as a plain variable, so checkpoints
+move to and from TensorFlow's classes unchanged. The fused kernels take the
+whole row (`tfemb.kernels.ops`). A SavedModel holds the storage and, as
+variables of their own, the views' values (so twice the table's bytes);
+functions read the views with TensorFlow's ops only, so exported graphs
+load without tfemb.
+
+The price, and why it is not the default: a checkpoint save reads every
+view (TensorFlow's saver takes all of a checkpoint's tensors at once), and
+columns cannot be read without a copy, so saving needs the tables' and
+slots' bytes a second time, where separate variables are saved without a
+copy (measured: 8 Adam tables of 1M x 32, 2.9 GiB: peak RSS 3.6 GiB
+saving separate variables, 6.3 GiB interleaved). At 5M rows per table
+that is more than this 24 GiB machine has.
+"""
+
+import os
+
+import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.trackable import base as trackable
+from tensorflow.python.types import core  # pylint: disable=g-direct-tensorflow-import
+
+from tfemb.kernels import build as kernel_build
+from tfemb.kernels import ops as kernel_ops
+
+ENV = "TFEMB_INTERLEAVED_SLOTS"  # "1": interleave the tables that can be
+
+
+def wanted(table, partitioned: bool) -> bool:
+  """Whether `table` is created interleaved (called under the strategy).
+
+  Off unless `TFEMB_INTERLEAVED_SLOTS=1` when the tables are created (a
+  checkpoint save then copies the columns: see the module's docstring).
+  Then tables with slots, on a single-replica CPU host (no distribution
+  strategy, no parameter-server sharding, no GPU), trained by a lazy rule
+  through the fused kernels, with TensorFlow's own slot creation.
+  """
+  opt = table.optimizer
+  return (os.environ.get(ENV, "0") == "1" and opt is not None and
+          bool(opt._slot_names()) and  # pylint: disable=protected-access
+          opt.slot_variable_creation_fn is None and
+          getattr(opt, "lazy_adam", True) and not partitioned and
+          not tf.distribute.has_strategy() and
+          not tf.config.list_logical_devices("GPU") and
+          kernel_build.load() is not None)
+
+
+class ColumnView(tf.Variable, core.Tensor):
+  """Columns `[begin, begin + dim)` of `storage`, as a `[rows, dim]` variable.
+
+  Reads copy just these columns; `assign` writes them in place
+  (`ResourceStridedSliceAssign`); `tf.gather` / `sparse_read` gather the
+  rows and keep these columns, with the gradient of a gather of a
+  `[rows, dim]` variable. The scatter methods of `tf.Variable` are not
+  offered: the tables are updated by their optimizer's kernel.
+  """
+
+  def __init__(self, storage: tf.Variable, begin: int, dim: int, name: str,
+               trainable: bool):  # pylint: disable=super-init-not-called
+    self._storage = storage
+    self._begin = begin
+    self._dim = dim
+    self._view_name = name
+    self._trainable = trainable
+
+  # --- what it is ---------------------------------------------------------
+
+  @property
+  def interleaved_storage(self) -> tf.Variable:
+    """The variable that holds the whole table (for the fused kernels)."""
+    return self._storage
+
+  def _should_act_as_resource_variable(self):
+    """Watched by tapes and captured by functions through `handle`."""
+
+  @property
+  def handle(self):
+    return self._storage.handle
+
+  @property
+  def name(self) -> str:
+    return self._view_name + ":0"
+
+  @property
+  def _shared_name(self) -> str:
+    return self._view_name
+
+  @property
+  def dtype(self):
+    return self._storage.dtype
+
+  @property
+  def shape(self) -> tf.TensorShape:
+    return tf.TensorShape([self._storage.shape[0], self._dim])
+
+  def get_shape(self) -> tf.TensorShape:
+    return self.shape
+
+  @property
+  def device(self):
+    return self._storage.device
+
+  @property
+  def trainable(self) -> bool:
+    return self._trainable
+
+  @property
+  def synchronization(self):
+    return self._storage.synchronization
+
+  @property
+  def aggregation(self):
+    return self._storage.aggregation
+
+  @property
+  def graph(self):
+    return self._storage.graph
+
+  @property
+  def op(self):
+    return self._storage.op
+
+  @property
+  def initializer(self):
+    return self._storage.initializer
+
+  @property
+  def constraint(self):
+    return None
+
+  def __repr__(self):
+    return (f"<tfemb ColumnView '{self.name}' shape={self.shape} "
+            f"columns [{self._begin}, {self._begin + self._dim}) of "
+            f"{self._storage.shape}>")
+
+  # --- reading ------------------------------------------------------------
+
+  def value(self) -> tf.Tensor:
+    """Eagerly, tfemb's op copies just the columns; in a function, stock
+    ops (a read of the storage, then its columns), so that exported graphs
+    load without tfemb."""
+    resource_variable_ops.variable_accessed(self)  # for tapes and functions
+    if tf.executing_eagerly():
+      return kernel_ops.read_columns(self._storage, self._begin, self._dim)
+    return self._storage.read_value()[:, self._begin:self._begin + self._dim]
+
+  def read_value(self) -> tf.Tensor:
+    return self.value()
+
+  def numpy(self):
+    return self.value().numpy()
+
+  def _dense_var_to_tensor(self, dtype=None, name=None, as_ref=False):
+    del name, as_ref
+    if dtype is not None and dtype != self.dtype:
+      raise ValueError(f"{self.name} is {self.dtype.name}, not {dtype}")
+    return self.value()
+
+  def sparse_read(self, indices, name=None):
+    del name
+    resource_variable_ops.variable_accessed(self)
+    return _gather_columns(self._storage.handle, tf.convert_to_tensor(indices),
+                           self._begin, self._dim, self._storage.shape[0])
+
+  def gather_nd(self, indices, name=None):
+    return tf.gather_nd(self.value(), indices, name=name)
+
+  # --- writing ------------------------------------------------------------
+
+  def assign_rows(self, start: int, rows):
+    """Writes `rows` into rows [start, start + len(rows)), in place."""
+    rows = tf.convert_to_tensor(rows, self.dtype)
+    end = start + int(rows.shape[0])
+    self._storage[start:end, self._begin:self._begin + self._dim].assign(rows)
+
+  def assign(self, value, use_locking=None, name=None, read_value=True):
+    del use_locking, name
+    value = tf.convert_to_tensor(value, self.dtype)
+    if not value.shape.is_compatible_with(self.shape):
+      raise ValueError(f"Cannot assign a value of shape {value.shape} to "
+                       f"{self.name} of shape {self.shape}.")
+    op = self._storage[:, self._begin:self._begin + self._dim].assign(value)
+    if read_value:
+      with tf.control_dependencies([op]):
+        return self.value()
+    return op
+
+  def assign_add(self, delta, use_locking=None, name=None, read_value=True):
+    return self.assign(self.value() + delta, read_value=read_value)
+
+  def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
+    return self.assign(self.value() - delta, read_value=read_value)
+
+  # --- SavedModel: the storage is exported; the view maps onto its copy ---
+
+  def _trackable_children(self, save_type=trackable.SaveType.CHECKPOINT,
+                          **kwargs):
+    del save_type, kwargs
+    return {}  # the storage is its table's owner's child (savedmodel_children)
+
+  def _deserialization_dependencies(self, children):
+    del children
+    return {"interleaved_storage": self._storage}  # exported first
+
+  def _export_to_saved_model_graph(self, object_map, tensor_map, options,
+                                   **kwargs):
+    del tensor_map, options, kwargs
+    object_map[self] = ColumnView(object_map[self._storage], self._begin,
+                                  self._dim, self._view_name,
+                                  self._trainable)
+    return []
+
+  def _write_object_proto(self, proto, options):
+    """Saved as a variable of [rows, dim]: loaded, it holds the view's
+    values then (the functions read the storage)."""
+    resource_variable_ops.write_object_proto_for_resource_variable(
+        self, proto, options)
+
+  # --- checkpoints: the same key and value as a plain variable ------------
+
+  def _serialize_to_tensors(self):
+    return {trackable.VARIABLE_VALUE_KEY: self.value()}
+
+  def _restore_from_tensors(self, restored_tensors):
+    return self.assign(restored_tensors[trackable.VARIABLE_VALUE_KEY],
+                       read_value=False)
+
+
+def _tensor(view, dtype=None, name=None, as_ref=False):
+  return view._dense_var_to_tensor(dtype, name, as_ref)  # pylint: disable=protected-access
+
+
+tf.register_tensor_conversion_function(ColumnView, _tensor)
+ColumnView._OverloadAllOperators()  # pylint: disable=protected-access
+
+
+def savedmodel_children(variables) -> dict:
+  """The storages under `variables` ({table: {name: variable}}), by a name
+  for their owner's children in a SavedModel (checkpoints do not hold
+  them: the views save their columns)."""
+  children = {}
+  for table, slots in variables.items():
+    storage = getattr(slots.get("parameters"), "interleaved_storage", None)
+    if storage is not None:
+      children[f"_interleaved/{table}"] = storage
+  return children
+
+
+def _gather_columns(handle, ids, begin: int, dim: int, rows: int):
+  """Rows `ids` of columns [begin, begin + dim) of the storage behind
+  `handle`, by stock ops (a resource gather, then the columns). Its
+  gradient with respect to the handle is that of a gather of a
+  `[rows, dim]` variable: the view's, which a tape watching the view (its
+  handle is the storage's) is asked for."""
+
+  @tf.custom_gradient
+  def gather(handle, ids):
+    out = tf.raw_ops.ResourceGather(resource=handle, indices=ids,
+                                    dtype=tf.float32)[:, begin:begin + dim]
+
+    def grad(upstream):
+      shape = tf.constant([rows, dim], tf.int64)
+      # New tensors (not the forward's ids), as a function's outputs.
+      return tf.IndexedSlices(tf.convert_to_tensor(upstream),
+                              tf.identity(ids), shape), None
+
+    return out, grad
+
+  return gather(handle, ids)
