@@ -63,7 +63,8 @@ def wanted(table, partitioned: bool) -> bool:
 class ColumnView(tf.Variable, core.Tensor):
   """Columns `[begin, begin + dim)` of `storage`, as a `[rows, dim]` variable.
 
-  Reads copy just these columns; `assign` writes them in place
+  Eager reads copy just these columns (in a function, stock ops read the
+  storage, then the columns); `assign` writes them in place
   (`ResourceStridedSliceAssign`); `tf.gather` / `sparse_read` gather the
   rows and keep these columns, with the gradient of a gather of a
   `[rows, dim]` variable. The scatter methods of `tf.Variable` are not
