@@ -36,16 +36,19 @@ def pytest_unconfigure(config):
     os._exit(status)  # pylint: disable=protected-access
 
 
+def _interleave(monkeypatch, on: bool):
+  from tfemb import interleaved_tables  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv(interleaved_tables.ENV, "1" if on else "0")
+
+
 @pytest.fixture(params=["fused", "interleaved", "tensorflow"])
 def engine_path(request, monkeypatch):
   """Runs a test on every host path: the fused CPU kernels (which must build
   here: the machine has a C++ compiler), the same with each table's slots
   beside its parameters (`tfemb.interleaved_tables`), and TensorFlow's own
   ops."""
-  from tfemb import interleaved_tables  # pylint: disable=g-import-not-at-top
   from tfemb.kernels import build, ops  # pylint: disable=g-import-not-at-top
-  monkeypatch.setenv(interleaved_tables.ENV,
-                     "1" if request.param == "interleaved" else "0")
+  _interleave(monkeypatch, request.param == "interleaved")
   if request.param == "tensorflow":
     monkeypatch.setattr(ops, "usable", lambda *args: False)
   else:
@@ -57,7 +60,5 @@ def engine_path(request, monkeypatch):
 def table_layout(request, monkeypatch):
   """Runs a test with each table's slots in variables of their own, and
   beside its parameters in one variable (`tfemb.interleaved_tables`)."""
-  from tfemb import interleaved_tables  # pylint: disable=g-import-not-at-top
-  monkeypatch.setenv(interleaved_tables.ENV,
-                     "1" if request.param == "interleaved" else "0")
+  _interleave(monkeypatch, request.param == "interleaved")
   return request.param

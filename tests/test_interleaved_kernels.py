@@ -13,11 +13,7 @@ import tensorflow as tf
 import reference
 import tfemb
 from test_training import KIND, OPTIMIZERS, reference_params
-from tfemb.kernels import build
 from tfemb.kernels import ops as kernel_ops
-
-pytestmark = pytest.mark.skipif(
-    not build.enabled(), reason="TFEMB_FUSED_KERNELS=0: no fused kernels")
 
 VOCAB, DIM = 9, 5
 CASES = [c for c in OPTIMIZERS if c != "adam_non_lazy"]  # lazy rules only

@@ -16,7 +16,7 @@ callable, a checkpoint's value being restored) is called once on the full
 shape, as TensorFlow does, so its values are exactly TensorFlow's.
 """
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -53,15 +53,20 @@ def uninitialized(shape, dtype) -> Callable[[], tf.Tensor]:
   return lambda: tf.raw_ops.Empty(shape=shape, dtype=dtype, init=False)
 
 
-def fill_in_blocks(variable: tf.Variable, initializer, rows_per_block: int):
-  """Writes `initializer` values into `variable`, one block of rows at a
-  time, in place (the variable holds the only reference to its buffer)."""
-  rows, dim = variable.shape
+def scatter_rows(variable: tf.Variable, start: int, rows: tf.Tensor):
+  """Writes `rows` into rows [start, start + len(rows)) of `variable`."""
+  end = start + int(rows.shape[0])
+  variable.scatter_update(
+      tf.IndexedSlices(rows, tf.range(start, end, dtype=tf.int64)))
+
+
+def fill_in_blocks(write_rows: Callable[[int, tf.Tensor], Any], shape, dtype,
+                   initializer, rows_per_block: int):
+  """Writes `initializer` values of a table of `shape`, one block of rows at
+  a time, in place, with `write_rows(start, block)`: `scatter_rows` for a
+  variable (which holds the only reference to its buffer), a column view's
+  `assign_rows` (`tfemb.interleaved_tables`)."""
+  rows, dim = shape
   for start in range(0, rows, rows_per_block):
     end = min(rows, start + rows_per_block)
-    block = initializer((end - start, dim), dtype=variable.dtype)
-    if hasattr(variable, "assign_rows"):  # columns of an interleaved table
-      variable.assign_rows(start, block)
-    else:
-      variable.scatter_update(
-          tf.IndexedSlices(block, tf.range(start, end, dtype=tf.int64)))
+    write_rows(start, initializer((end - start, dim), dtype=dtype))

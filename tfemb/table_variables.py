@@ -74,10 +74,53 @@ class TableVariables(autotrackable.AutoTrackable):
     return {t.name: self._create_variables(t) for t in self._table_config}
 
   def _create_variables(self, table) -> Dict[str, tf.Variable]:
-    """Same object graph and names as TensorFlow's `TPUEmbeddingBase`."""
+    """Same object graph and names as TensorFlow's `TPUEmbeddingBase`.
+
+    Where `tfemb.interleaved_tables` wants it, the parameters and slots are
+    column views of one variable, under the same names and initializers.
+    """
+    table_shape = (table.vocabulary_size, table.dim)
+    names, inits = [], []
+    if table.optimizer is not None:
+      names = table.optimizer._slot_names()  # pylint: disable=protected-access
+      inits = table.optimizer._slot_initializers()  # pylint: disable=protected-access
+    storage = None
     if interleaved_tables.wanted(table, self._is_partitioned()):
-      return self._create_interleaved(table)
-    shape = (table.vocabulary_size, table.dim)
+      width = (1 + len(names)) * table.dim
+      storage = tf.Variable(
+          initialization.uninitialized((table.vocabulary_size, width),
+                                       tf.float32),
+          shape=(table.vocabulary_size, width), dtype=tf.float32,
+          trainable=False, name=table.name + "/interleaved")
+    # A view's columns, by the name TensorFlow gives the variable.
+    column = {table.name: 0}
+    column.update({f"{table.name}/{n}": k + 1 for k, n in enumerate(names)})
+
+    def plain(name, dtype, initializer, trainable, blocks):
+      variable = tf.Variable(
+          name=name,
+          initial_value=(
+              initialization.uninitialized(table_shape, dtype) if blocks
+              else functools.partial(initializer, table_shape, dtype=dtype)),
+          shape=table_shape,
+          dtype=dtype,
+          trainable=trainable)
+      if blocks:
+        initialization.fill_in_blocks(
+            functools.partial(initialization.scatter_rows, variable),
+            table_shape, dtype, initializer, blocks)
+      return variable
+
+    def view(name, dtype, initializer, trainable, blocks):
+      variable = interleaved_tables.ColumnView(
+          storage, column[name] * table.dim, table.dim, name, trainable)
+      if blocks:
+        initialization.fill_in_blocks(variable.assign_rows, table_shape,
+                                      dtype, initializer, blocks)
+      else:
+        variable.assign(initializer(table_shape, dtype=dtype),
+                        read_value=False)
+      return variable
 
     def getter(name, shape, dtype, initializer, trainable):
       del shape  # The tracking code may clear it; use the table's.
@@ -85,30 +128,19 @@ class TableVariables(autotrackable.AutoTrackable):
       if not self._is_partitioned():
         blocks = initialization.block_rows(initializer, table_shape, dtype)
       try:
-        variable = tf.Variable(
-            name=name,
-            initial_value=(
-                initialization.uninitialized(table_shape, dtype) if blocks
-                else functools.partial(initializer, table_shape, dtype=dtype)),
-            shape=table_shape,
-            dtype=dtype,
-            trainable=trainable)
-        if blocks:
-          initialization.fill_in_blocks(variable, initializer, blocks)
-        return variable
+        make = plain if storage is None else view
+        return make(name, dtype, initializer, trainable, blocks)
       except ValueError as e:  # a restored value of another shape
         raise ValueError(
             f"Table {table.name!r} ({name}): expected shape {table_shape} "
             f"(vocabulary_size, dim); the checkpoint being restored holds "
             f"another: {e}") from None
 
-    table_shape = shape
-
     def create(name, initializer, trainable=True):
       return self._add_variable_with_custom_getter(
           name=name,
           initializer=initializer,
-          shape=shape,
+          shape=table_shape,
           dtype=tf.float32,
           getter=getter,
           trainable=trainable)
@@ -116,8 +148,6 @@ class TableVariables(autotrackable.AutoTrackable):
     parameters = create(table.name, table.initializer)
     slots = {}
     if table.optimizer is not None:
-      names = table.optimizer._slot_names()  # pylint: disable=protected-access
-      inits = table.optimizer._slot_initializers()  # pylint: disable=protected-access
       if table.optimizer.slot_variable_creation_fn is not None:
         slots = table.optimizer.slot_variable_creation_fn(
             parameters, names, inits)
@@ -126,47 +156,6 @@ class TableVariables(autotrackable.AutoTrackable):
             name: create(table.name + "/" + name, init, False)
             for name, init in zip(names, inits)
         }
-    slots["parameters"] = parameters
-    return slots
-
-  def _create_interleaved(self, table) -> Dict[str, tf.Variable]:
-    """The parameters and slots as columns of one variable
-    (`tfemb.interleaved_tables`), under the same names and initializers."""
-    names = table.optimizer._slot_names()  # pylint: disable=protected-access
-    inits = table.optimizer._slot_initializers()  # pylint: disable=protected-access
-    rows, dim = table.vocabulary_size, table.dim
-    width = (1 + len(names)) * dim
-    storage = tf.Variable(
-        initialization.uninitialized((rows, width), tf.float32),
-        shape=(rows, width), dtype=tf.float32, trainable=False,
-        name=table.name + "/interleaved")
-
-    def create(name, initializer, column, trainable):
-      def getter(name, shape, dtype, initializer, trainable):
-        del shape  # The tracking code may clear it; use the table's.
-        view = interleaved_tables.ColumnView(storage, column * dim, dim, name,
-                                             trainable)
-        blocks = initialization.block_rows(initializer, (rows, dim), dtype)
-        if blocks:
-          initialization.fill_in_blocks(view, initializer, blocks)
-        else:
-          value = initializer((rows, dim), dtype=dtype)
-          try:
-            view.assign(value, read_value=False)
-          except ValueError as e:  # a restored value of another shape
-            raise ValueError(
-                f"Table {table.name!r} ({name}): expected shape "
-                f"{(rows, dim)} (vocabulary_size, dim); the checkpoint "
-                f"being restored holds another: {e}") from None
-        return view
-
-      return self._add_variable_with_custom_getter(
-          name=name, initializer=initializer, shape=(rows, dim),
-          dtype=tf.float32, getter=getter, trainable=trainable)
-
-    parameters = create(table.name, table.initializer, 0, True)
-    slots = {name: create(table.name + "/" + name, init, k + 1, False)
-             for k, (name, init) in enumerate(zip(names, inits))}
     slots["parameters"] = parameters
     return slots
 

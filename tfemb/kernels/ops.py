@@ -46,7 +46,7 @@ def usable(variables: Dict[str, tf.Variable], optimizer) -> bool:
   if optimizer is not None and not getattr(optimizer, "lazy_adam", True):
     return False  # non-lazy Adam updates every row: TensorFlow ops
   for v in variables.values():
-    v = getattr(v, "interleaved_storage", v)  # an interleaved table's
+    v = _storage(v)
     if (not isinstance(v, resource_variable_ops.BaseResourceVariable) or
         isinstance(v, tf.distribute.DistributedValues)):
       return False  # mirrored, sharded or otherwise wrapped
@@ -55,20 +55,25 @@ def usable(variables: Dict[str, tf.Variable], optimizer) -> bool:
   return True
 
 
+def _storage(variable):
+  """The variable that holds it: itself, or for a column view of an
+  interleaved table (`tfemb.interleaved_tables`) the whole table's."""
+  return getattr(variable, "interleaved_storage", variable)
+
+
 def _handle(variable):
-  """The variable's handle, its use recorded as TensorFlow's own variable
-  ops record it (so functions that use it track it, e.g. for export). For
-  a column of an interleaved table (`tfemb.interleaved_tables`), the
-  handle of the variable that holds the whole table."""
-  variable = getattr(variable, "interleaved_storage", variable)
+  """The handle of the variable that holds it, its use recorded as
+  TensorFlow's own variable ops record it (so functions that use it track
+  it, e.g. for export)."""
+  variable = _storage(variable)
   resource_variable_ops.variable_accessed(variable)
   return variable.handle
 
 
 def _row_width(variable) -> int:
   """The width of an interleaved table's storage; 0 for a plain variable."""
-  storage = getattr(variable, "interleaved_storage", None)
-  return 0 if storage is None else int(storage.shape[1])
+  storage = _storage(variable)
+  return 0 if storage is variable else int(storage.shape[1])
 
 
 def read_columns(storage, begin: int, width: int) -> tf.Tensor:
