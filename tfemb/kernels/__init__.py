@@ -1,3 +1,4 @@
 """Fused CPU kernels for the host engine: one op per table for the lookup,
-the row-gradient sum and the optimizer update (`embedding_kernels.cc`),
+the row-gradient sum and the optimizer update (`embedding_kernels.cc`), and
+the split of an interleaved table for a checkpoint save (`column_split.cc`),
 compiled on first use (`build`), with TensorFlow ops as the fallback."""

@@ -1,8 +1,8 @@
 """Compiles the fused CPU kernels once per machine and loads them.
 
-`embedding_kernels.cc` is compiled with the machine's C++ compiler against
-the installed TensorFlow's headers (`tf.sysconfig`), into a cache directory
-keyed by the source, TensorFlow's version and the flags, so each machine and
+`embedding_kernels.cc` and `column_split.cc` are compiled with the machine's
+C++ compiler against the installed TensorFlow's headers (`tf.sysconfig`),
+into one library in a cache directory keyed by the sources, TensorFlow's version and the flags, so each machine and
 TensorFlow version builds it once (about 10 seconds). Without a compiler, or
 with `TFEMB_FUSED_KERNELS=0`, `load()` returns None and the host engine uses
 TensorFlow's own ops: the same numbers, slower.
@@ -25,7 +25,10 @@ from typing import List, Optional
 from absl import logging
 import tensorflow as tf
 
-SOURCE = os.path.join(os.path.dirname(__file__), "embedding_kernels.cc")
+_HERE = os.path.dirname(__file__)
+SOURCES = [os.path.join(_HERE, name) for name in
+           ("embedding_kernels.cc", "column_split.cc")]
+HEADERS = [os.path.join(_HERE, "column_split.h")]
 # -ffp-contract=off: no fused multiply-adds, so every float operation rounds
 # as TensorFlow's own kernels round it. -fno-math-errno lets sqrt vectorize.
 CXXFLAGS = ["-shared", "-fPIC", "-O3", "-fno-math-errno", "-ffp-contract=off",
@@ -67,13 +70,15 @@ def _command(output: str) -> List[str]:
   if shutil.which(compiler) is None:
     raise KernelUnavailable(f"no C++ compiler ({compiler!r} not found)")
   return ([compiler] + CXXFLAGS + tf.sysconfig.get_compile_flags() +
-          [SOURCE, "-o", output] + tf.sysconfig.get_link_flags())
+          SOURCES + ["-o", output] + tf.sysconfig.get_link_flags())
 
 
 def library_path() -> str:
   """Where this source, TensorFlow and these flags compile to."""
-  with open(SOURCE, "rb") as f:
-    key = hashlib.sha256(f.read())
+  key = hashlib.sha256()
+  for source in SOURCES + HEADERS:
+    with open(source, "rb") as f:
+      key.update(f.read())
   key.update(tf.__version__.encode())
   key.update(" ".join(CXXFLAGS + tf.sysconfig.get_compile_flags()).encode())
   return os.path.join(cache_dir(),

@@ -18,6 +18,9 @@
 // `interleaved` say so. A step's lookup then brings in the lines and the
 // page its update needs (benchmarks/README.md: 30% of Adam's step at 5M).
 //
+// A checkpoint save of an interleaved table moves its rows out for a while
+// (column_split.cc): each kernel puts them back first.
+//
 // The update's arithmetic follows tfemb/update_rules.py operation by
 // operation (the same float32 constants, the same order), so both paths give
 // the same numbers up to the rounding of sqrt/rsqrt/pow.
@@ -40,6 +43,8 @@
 #include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/kernels/training_op_helpers.h"
+
+#include "column_split.h"
 
 namespace tfemb {
 namespace {
@@ -233,6 +238,7 @@ class DedupGatherOp : public OpKernel {
     // Held for the whole copy (as ResourceGather does), so that a writer
     // does not see a second reference and copy the whole table.
     ::tensorflow::tf_shared_lock lock(*var->mu());
+    RejoinColumns(var.get());  // if a save has split it (column_split.cc)
     const Tensor& table = *var->tensor();
     OP_REQUIRES_OK(ctx, CheckTable(table));
     BackWithHugePages(var.get(), table);
@@ -283,6 +289,7 @@ class ReadColumnsOp : public OpKernel {
     RefCountPtr<Var> var;
     OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, 0), &var));
     ::tensorflow::tf_shared_lock lock(*var->mu());
+    RejoinColumns(var.get());
     const Tensor& table = *var->tensor();
     OP_REQUIRES(ctx,
                 table.dtype() == ::tensorflow::DT_FLOAT && table.dims() == 2 &&
@@ -306,6 +313,54 @@ class ReadColumnsOp : public OpKernel {
  private:
   int64_t begin_;
   int64_t width_;
+};
+
+// --- TfembWriteColumns ------------------------------------------------------
+
+// `value` into rows [row, row + value rows) of columns [begin, begin +
+// value width) of a [rows, n] variable, in place: an assign (or restore, or
+// block of initial rows) of one view of an interleaved table, without the
+// copy of the whole variable TensorFlow's strided-slice assign makes once
+// the variable has been accessed sparsely.
+class WriteColumnsOp : public OpKernel {
+ public:
+  explicit WriteColumnsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("begin", &begin_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& value = ctx->input(1);
+    const int64_t row = ctx->input(2).scalar<int64_t>()();
+    RefCountPtr<Var> var;
+    OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, 0), &var));
+    // As TensorFlow's sparse updates: readers copy from now on, and a
+    // buffer someone still reads is copied before it is written.
+    OP_REQUIRES_OK(ctx, ::tensorflow::EnsureSparseVariableAccess<
+                            CPUDevice, float>(ctx, var.get()));
+    ::tensorflow::mutex_lock lock(*var->mu());
+    RejoinColumns(var.get());
+    Tensor* table = var->tensor();
+    OP_REQUIRES(ctx,
+                table->dtype() == ::tensorflow::DT_FLOAT &&
+                    table->dims() == 2 && value.dims() == 2 && begin_ >= 0 &&
+                    begin_ + value.dim_size(1) <= table->dim_size(1) &&
+                    row >= 0 && row + value.dim_size(0) <= table->dim_size(0),
+                absl::InvalidArgumentError(absl::StrCat(
+                    "rows [", row, ", ", row + value.dim_size(0),
+                    ") x columns [", begin_, ", ", begin_ + value.dim_size(1),
+                    ") of a float32 matrix of ",
+                    table->shape().DebugString(), "; got a value of ",
+                    value.shape().DebugString())));
+    const int64_t n = table->dim_size(1), width = value.dim_size(1);
+    const float* from = value.flat<float>().data();
+    float* to = table->flat<float>().data() + row * n + begin_;
+    for (int64_t r = 0; r < value.dim_size(0); ++r) {
+      std::copy_n(from + r * width, width, to + r * n);
+    }
+  }
+
+ private:
+  int64_t begin_;
 };
 
 // --- TfembRowGradients ------------------------------------------------------
@@ -608,6 +663,7 @@ class ApplyRowsOp : public OpKernel {
     int64_t rows = 0;
     const int64_t stride = interleaved_ ? (1 + slots_) * dim : dim;
     for (int i = 0; i < num_vars; ++i) {
+      RejoinColumns(vars[i].get());
       Tensor* t = vars[i]->tensor();
       OP_REQUIRES(ctx,
                   t->dtype() == ::tensorflow::DT_FLOAT && t->dims() == 2 &&
@@ -682,6 +738,14 @@ REGISTER_OP("TfembReadColumns")
       return absl::OkStatus();
     });
 
+REGISTER_OP("TfembWriteColumns")
+    .Input("table: resource")
+    .Input("value: float")
+    .Input("row: int64")
+    .Attr("begin: int")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs);
+
 REGISTER_OP("TfembRowGradients")
     .Input("gradients: float")
     .Input("positions: int64")
@@ -714,6 +778,8 @@ REGISTER_KERNEL_BUILDER(Name("TfembDedupGather").Device(DEVICE_CPU),
                         DedupGatherOp);
 REGISTER_KERNEL_BUILDER(Name("TfembReadColumns").Device(DEVICE_CPU),
                         ReadColumnsOp);
+REGISTER_KERNEL_BUILDER(Name("TfembWriteColumns").Device(DEVICE_CPU),
+                        WriteColumnsOp);
 REGISTER_KERNEL_BUILDER(Name("TfembRowGradients").Device(DEVICE_CPU),
                         RowGradientsOp);
 REGISTER_KERNEL_BUILDER(Name("TfembApplyRows").Device(DEVICE_CPU),

@@ -11,6 +11,9 @@ servers, not on a GPU). Each function below is one op per table:
   each distinct row and whether it is finite (or raise, naming the table).
 * `apply_rows(table, variables, ids, grads, lr)`: the table's optimizer on
   those rows, in place (SPEC section 2, lazy).
+* `read_columns`, `write_columns`, `split_columns`, `rejoin_columns`: an
+  interleaved table's columns, read, written, and saved without a second
+  copy of the table.
 
 The update's constants are the float32 values `tfemb.update_rules` uses,
 computed here in Python the same way, so the kernel rounds as it does.
@@ -25,7 +28,8 @@ from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-dir
 from tfemb import update_rules
 from tfemb.kernels import build
 
-for _op in ("TfembDedupGather", "TfembRowGradients", "TfembApplyRows"):
+for _op in ("TfembDedupGather", "TfembRowGradients", "TfembApplyRows",
+            "TfembWriteColumns", "TfembSplitColumns", "TfembRejoinColumns"):
   tf.no_gradient(_op)
 
 
@@ -81,6 +85,27 @@ def read_columns(storage, begin: int, width: int) -> tf.Tensor:
   whole storage."""
   return build.load().tfemb_read_columns(table=storage.handle, begin=begin,
                                          width=width)
+
+
+def write_columns(storage, begin: int, value, row: int = 0) -> None:
+  """`value` into rows [row, row + len(value)) of columns [begin, begin +
+  width) of `storage`, in place (no copy of the storage)."""
+  build.load().tfemb_write_columns(table=storage.handle, value=value,
+                                   row=tf.constant(row, tf.int64),
+                                   begin=begin)
+
+
+def split_columns(storage, parts: int) -> tf.Tensor:
+  """`storage` ([rows, parts x width]) as `[parts, rows, width]` blocks, for
+  a checkpoint save: the storage's rows move into the blocks (its memory
+  given back) and return when the blocks' last tensor is gone
+  (`column_split.cc`)."""
+  return build.load().tfemb_split_columns(table=storage.handle, parts=parts)
+
+
+def rejoin_columns(storage) -> None:
+  """Puts `storage`'s rows back now if a save has split them."""
+  build.load().tfemb_rejoin_columns(table=storage.handle)
 
 
 def dedup_gather(table, variable, ids: Sequence[tf.Tensor],
