@@ -19,13 +19,18 @@ variables of their own, the views' values (so twice the table's bytes);
 functions read the views with TensorFlow's ops only, so exported graphs
 load without tfemb.
 
-The price, and why it is not the default: a checkpoint save reads every
-view (TensorFlow's saver takes all of a checkpoint's tensors at once), and
-columns cannot be read without a copy, so saving needs the tables' and
-slots' bytes a second time, where separate variables are saved without a
-copy (measured: 8 Adam tables of 1M x 32, 2.9 GiB: peak RSS 3.6 GiB
-saving separate variables, 6.3 GiB interleaved). At 5M rows per table
-that is more than this 24 GiB machine has.
+A checkpoint save would read every view, and columns cannot be read
+without a copy (TensorFlow's saver takes all of a checkpoint's tensors at
+once): that would need the tables' bytes a second time. Instead a save
+splits each table (`kernel_ops.split_columns`): its rows move into one
+contiguous block per view, the saver writes slices of the blocks, and the
+rows move back when the save is over, so saving takes no more memory than
+with separate variables (`benchmarks/save_memory.py`: 8 Adam tables of
+1M x 32, 2.9 GiB, peak 3.53 GiB either way). Restores write the views in
+place (`kernel_ops.write_columns`).
+
+Default for the tables that can take it; `TFEMB_INTERLEAVED_SLOTS=0` when
+the tables are created keeps every table in variables of its own.
 """
 
 import os
@@ -33,25 +38,25 @@ import os
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.trackable import base as trackable
+from tensorflow.python.training.saving import saveable_object  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.types import core  # pylint: disable=g-direct-tensorflow-import
 
 from tfemb.kernels import build as kernel_build
 from tfemb.kernels import ops as kernel_ops
 
-ENV = "TFEMB_INTERLEAVED_SLOTS"  # "1": interleave the tables that can be
+ENV = "TFEMB_INTERLEAVED_SLOTS"  # "0": no table is interleaved
 
 
 def wanted(table, partitioned: bool) -> bool:
   """Whether `table` is created interleaved (called under the strategy).
 
-  Off unless `TFEMB_INTERLEAVED_SLOTS=1` when the tables are created (a
-  checkpoint save then copies the columns: see the module's docstring).
-  Then tables with slots, on a single-replica CPU host (no distribution
+  Tables with slots, on a single-replica CPU host (no distribution
   strategy, no parameter-server sharding, no GPU), trained by a lazy rule
-  through the fused kernels, with TensorFlow's own slot creation.
+  through the fused kernels, with TensorFlow's own slot creation; none with
+  `TFEMB_INTERLEAVED_SLOTS=0` when the tables are created.
   """
   opt = table.optimizer
-  return (os.environ.get(ENV, "0") == "1" and opt is not None and
+  return (os.environ.get(ENV, "1") != "0" and opt is not None and
           bool(opt._slot_names()) and  # pylint: disable=protected-access
           opt.slot_variable_creation_fn is None and
           getattr(opt, "lazy_adam", True) and not partitioned and
@@ -175,19 +180,35 @@ class ColumnView(tf.Variable, core.Tensor):
   def sparse_read(self, indices, name=None):
     del name
     resource_variable_ops.variable_accessed(self)
+    self._rejoin()
     return _gather_columns(self._storage.handle, tf.convert_to_tensor(indices),
                            self._begin, self._dim, self._storage.shape[0])
 
   def gather_nd(self, indices, name=None):
     return tf.gather_nd(self.value(), indices, name=name)
 
+  def _rejoin(self):
+    """Eagerly, the storage's rows back if a save has split them (tfemb's
+    kernels do it themselves; TensorFlow's ops do not)."""
+    if tf.executing_eagerly():
+      kernel_ops.rejoin_columns(self._storage)
+
+  def _write(self, value, start: int):
+    """`value` into rows [start, start + len(value)): eagerly by tfemb's op
+    (in place; TensorFlow's strided-slice assign copies the whole storage
+    once it has been read sparsely), in a function by TensorFlow's."""
+    if tf.executing_eagerly():
+      return kernel_ops.write_columns(self._storage, self._begin, value, start)
+    n = value.shape[0]
+    end = None if n is None else start + int(n)
+    return self._storage[start:end,
+                         self._begin:self._begin + self._dim].assign(value)
+
   # --- writing ------------------------------------------------------------
 
   def assign_rows(self, start: int, rows):
     """Writes `rows` into rows [start, start + len(rows)), in place."""
-    rows = tf.convert_to_tensor(rows, self.dtype)
-    end = start + int(rows.shape[0])
-    self._storage[start:end, self._begin:self._begin + self._dim].assign(rows)
+    return self._write(tf.convert_to_tensor(rows, self.dtype), start)
 
   def assign(self, value, use_locking=None, name=None, read_value=True):
     del use_locking, name
@@ -195,7 +216,7 @@ class ColumnView(tf.Variable, core.Tensor):
     if not value.shape.is_compatible_with(self.shape):
       raise ValueError(f"Cannot assign a value of shape {value.shape} to "
                        f"{self.name} of shape {self.shape}.")
-    op = self._storage[:, self._begin:self._begin + self._dim].assign(value)
+    op = self._write(value, 0)
     if read_value:
       with tf.control_dependencies([op]):
         return self.value()
@@ -235,7 +256,23 @@ class ColumnView(tf.Variable, core.Tensor):
   # --- checkpoints: the same key and value as a plain variable ------------
 
   def _serialize_to_tensors(self):
-    return {trackable.VARIABLE_VALUE_KEY: self.value()}
+    """The value, read when a save writes it (a restore only asks what is
+    saved): see `_saved_value`."""
+    spec = saveable_object.SaveSpec(
+        self._saved_value, "", trackable.VARIABLE_VALUE_KEY, dtype=self.dtype,
+        device=self._storage.device)
+    return {trackable.VARIABLE_VALUE_KEY: spec}
+
+  def _saved_value(self) -> tf.Tensor:
+    """Eagerly, a slice of the storage split into its parts: its rows move
+    out for the save and come back when the save's tensors are gone, so
+    saving needs no second copy of the table (`kernel_ops.split_columns`).
+    In a function (a SavedModel's), a read."""
+    if not tf.executing_eagerly():
+      return self.value()
+    parts = int(self._storage.shape[1]) // self._dim
+    blocks = kernel_ops.split_columns(self._storage, parts)
+    return blocks[self._begin // self._dim]
 
   def _restore_from_tensors(self, restored_tensors):
     return self.assign(restored_tensors[trackable.VARIABLE_VALUE_KEY],
