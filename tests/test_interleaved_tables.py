@@ -1,4 +1,4 @@
-"""Tables whose slots sit beside their parameters (`TFEMB_INTERLEAVED_SLOTS=1`).
+"""Tables whose slots sit beside their parameters (the default on a CPU host).
 
 Training, lookups, bad input and checkpoints run on this layout too (the
 `engine_path` and `table_layout` fixtures); this file checks what is its
@@ -53,14 +53,14 @@ def test_tables_with_slots_are_interleaved_and_others_are_not(monkeypatch):
   mirrored.build()
   assert not any(_is_view(v) for v in mirrored._variables["t"].values())
 
-  for off in ("0", None):  # explicitly off, and the default
-    if off is None:
-      monkeypatch.delenv(interleaved_tables.ENV)
-    else:
-      monkeypatch.setenv(interleaved_tables.ENV, off)
-    _, embedding = _embedding(tfemb.Adam(0.1))
-    embedding.build()
-    assert not any(_is_view(v) for v in embedding._variables["t"].values())
+  monkeypatch.delenv(interleaved_tables.ENV)  # the default: interleaved
+  _, embedding = _embedding(tfemb.Adam(0.1))
+  embedding.build()
+  assert all(_is_view(v) for v in embedding._variables["t"].values())
+  monkeypatch.setenv(interleaved_tables.ENV, "0")  # off
+  _, embedding = _embedding(tfemb.Adam(0.1))
+  embedding.build()
+  assert not any(_is_view(v) for v in embedding._variables["t"].values())
 
 
 def test_a_view_reads_and_writes_its_columns_only():
