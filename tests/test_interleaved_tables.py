@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.ops import io_ops  # pylint: disable=g-direct-tensorflow-import
 import tfemb
 from tfemb import initialization
 from tfemb import interleaved_tables
@@ -141,6 +142,67 @@ def test_big_tables_are_initialized_in_blocks_of_rows(monkeypatch):
       values[:5], values[5:10])
   np.testing.assert_array_equal(
       embedding._variables["t"]["accumulators"].numpy(), 0.25)
+
+
+def test_a_restore_as_tables_are_created_reads_blocks_of_rows(
+    monkeypatch, tmp_path):
+  """A checkpoint restored before build: each view is written from the
+  checkpoint a block of rows at a time, once (no second full restore)."""
+  rows = 600
+  start = np.random.default_rng(0).normal(size=(rows, 4)).astype(np.float32)
+  accumulators = np.random.default_rng(1).uniform(
+      0.1, 1.0, size=(rows, 4)).astype(np.float32)
+  saved = tf.train.Checkpoint(
+      emb=_saved_tables(rows, start, accumulators)).write(str(tmp_path / "c"))
+  monkeypatch.setattr(initialization, "BLOCK_BYTES", 64 * 16)  # 64 rows
+  reads = []  # the shape_and_slices of every RestoreV2 TensorFlow runs
+  real_restore_v2 = io_ops.restore_v2
+
+  def restore_v2(*args, **kwargs):
+    spec = kwargs["shape_and_slices"] if "shape_and_slices" in kwargs else (
+        args[2])
+    reads.append([tf.compat.as_bytes(s) for s in spec])
+    return real_restore_v2(*args, **kwargs)
+
+  monkeypatch.setattr(io_ops, "restore_v2", restore_v2)
+  embedding = _adagrad_tables(rows)
+  status = tf.train.Checkpoint(emb=embedding).read(saved)
+  embedding.build()
+  status.assert_consumed()
+  np.testing.assert_array_equal(
+      embedding._variables["t"]["parameters"].numpy(), start)
+  np.testing.assert_array_equal(
+      embedding._variables["t"]["accumulators"].numpy(), accumulators)
+  slices = [s for spec in reads for s in spec if s]
+  assert b"600 4 0,64:0,4" in slices and b"600 4 576,24:0,4" in slices
+  assert len(slices) == 2 * 10  # 10 blocks a view, and nothing read whole
+  assert all(s for spec in reads for s in spec)
+
+
+def test_a_restore_of_another_shape_in_blocks_names_the_table(
+    monkeypatch, tmp_path):
+  saved = tf.train.Checkpoint(emb=_saved_tables(
+      500, np.zeros((500, 4), np.float32), np.ones((500, 4), np.float32))
+  ).write(str(tmp_path / "c"))
+  monkeypatch.setattr(initialization, "BLOCK_BYTES", 64 * 16)
+  embedding = _adagrad_tables(600)
+  tf.train.Checkpoint(emb=embedding).read(saved)
+  with pytest.raises(ValueError, match=r"Table 't'.*\(600, 4\)"):
+    embedding.build()
+
+
+def _adagrad_tables(rows, **table_kwargs):
+  table = tfemb.TableConfig(rows, 4, name="t", **table_kwargs)
+  return tfemb.TPUEmbedding({"f": tfemb.FeatureConfig(table)},
+                            tfemb.Adagrad(0.1))
+
+
+def _saved_tables(rows, start, accumulators):
+  embedding = _adagrad_tables(
+      rows, initializer=tf.constant_initializer(start))
+  embedding.build()
+  embedding._variables["t"]["accumulators"].assign(accumulators)
+  return embedding
 
 
 def test_a_saved_model_looks_up_like_the_object(tmp_path):

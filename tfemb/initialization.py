@@ -12,8 +12,14 @@ unseeded `TruncatedNormal`, `RandomNormal`, `RandomUniform`, and scalar
 uninitialized and filled in place, `BLOCK_BYTES` of rows at a time, by
 resource scatters: the values have the same distribution, and the peak
 memory is the table plus one block. Any other initializer (seeded, a
-callable, a checkpoint's value being restored) is called once on the full
-shape, as TensorFlow does, so its values are exactly TensorFlow's.
+callable) is called once on the full shape, as TensorFlow does, so its
+values are exactly TensorFlow's.
+
+A checkpoint's value restored as a table is created is TensorFlow's
+variable's own initial value for a plain variable (no copy); into a column
+view of an interleaved table (`tfemb.interleaved_tables`) it is read a
+block of rows at a time, as TensorFlow restores a shard of a partitioned
+variable (`ShardInfo`), so the peak is again the table plus one block.
 """
 
 from typing import Any, Callable, Optional
@@ -21,6 +27,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import init_ops_v2  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.trackable import base as trackable  # pylint: disable=g-direct-tensorflow-import
 
 BLOCK_BYTES = 64 << 20  # rows initialized per scatter: 64 MiB of them
 
@@ -38,12 +45,21 @@ def _is_elementwise(initializer) -> bool:
   return False
 
 
-def block_rows(initializer, shape, dtype=tf.float32) -> Optional[int]:
-  """Rows per block if `shape` should be filled in blocks, else None."""
+def is_restored(initializer) -> bool:
+  """True for the initial value TensorFlow passes when a checkpoint
+  restores a variable as it is created."""
+  return isinstance(initializer, trackable.CheckpointInitialValueCallable)
+
+
+def block_rows(initializer, shape, dtype=tf.float32,
+               restore_in_blocks=False) -> Optional[int]:
+  """Rows per block if `shape` should be filled in blocks, else None.
+  `restore_in_blocks`: a checkpoint's value too (a column view's)."""
   rows, dim = shape
   row_bytes = max(1, dim * tf.as_dtype(dtype).size)
   if (not tf.executing_eagerly() or rows * row_bytes <= BLOCK_BYTES or
-      not _is_elementwise(initializer)):
+      not (_is_elementwise(initializer) or
+           (restore_in_blocks and is_restored(initializer)))):
     return None
   return max(1, BLOCK_BYTES // row_bytes)
 
@@ -69,4 +85,15 @@ def fill_in_blocks(write_rows: Callable[[int, tf.Tensor], Any], shape, dtype,
   rows, dim = shape
   for start in range(0, rows, rows_per_block):
     end = min(rows, start + rows_per_block)
-    write_rows(start, initializer((end - start, dim), dtype=dtype))
+    write_rows(start, _block(initializer, shape, dtype, start, end))
+
+
+def _block(initializer, shape, dtype, start: int, end: int) -> tf.Tensor:
+  """Rows [start, end) of the initial value of a table of `shape`."""
+  if not is_restored(initializer):
+    return initializer((end - start, shape[1]), dtype=dtype)
+  rows = trackable.ShardInfo(shape=(end - start, shape[1]), offset=(start, 0))
+  try:  # just these rows of the checkpoint's tensor
+    return tf.convert_to_tensor(initializer(shape, dtype, shard_info=rows))
+  except tf.errors.InvalidArgumentError as e:  # saved with another shape
+    raise ValueError(e.message) from None

@@ -120,13 +120,18 @@ class TableVariables(autotrackable.AutoTrackable):
       else:
         variable.assign(initializer(table_shape, dtype=dtype),
                         read_value=False)
+      if initialization.is_restored(initializer):  # not restored again
+        variable._maybe_initialize_trackable()  # pylint: disable=protected-access
+        variable._update_uid = initializer.restore_uid  # pylint: disable=protected-access
       return variable
 
     def getter(name, shape, dtype, initializer, trainable):
       del shape  # The tracking code may clear it; use the table's.
       blocks = None
       if not self._is_partitioned():
-        blocks = initialization.block_rows(initializer, table_shape, dtype)
+        blocks = initialization.block_rows(
+            initializer, table_shape, dtype,
+            restore_in_blocks=storage is not None)
       try:
         make = plain if storage is None else view
         return make(name, dtype, initializer, trainable, blocks)
