@@ -144,24 +144,23 @@ def test_big_tables_are_initialized_in_blocks_of_rows(monkeypatch):
       embedding._variables["t"]["accumulators"].numpy(), 0.25)
 
 
-def test_a_restore_as_tables_are_created_reads_blocks_of_rows(
+def test_a_restore_as_tables_are_created_reads_each_view_once(
     monkeypatch, tmp_path):
   """A checkpoint restored before build: each view is written from the
-  checkpoint a block of rows at a time, once (no second full restore)."""
+  checkpoint as it is created, and the deferred restore does not read it a
+  second time."""
   rows = 600
   start = np.random.default_rng(0).normal(size=(rows, 4)).astype(np.float32)
   accumulators = np.random.default_rng(1).uniform(
       0.1, 1.0, size=(rows, 4)).astype(np.float32)
   saved = tf.train.Checkpoint(
       emb=_saved_tables(rows, start, accumulators)).write(str(tmp_path / "c"))
-  monkeypatch.setattr(initialization, "BLOCK_BYTES", 64 * 16)  # 64 rows
-  reads = []  # the shape_and_slices of every RestoreV2 TensorFlow runs
+  reads = []  # the tensor names of every RestoreV2 TensorFlow runs
   real_restore_v2 = io_ops.restore_v2
 
   def restore_v2(*args, **kwargs):
-    spec = kwargs["shape_and_slices"] if "shape_and_slices" in kwargs else (
-        args[2])
-    reads.append([tf.compat.as_bytes(s) for s in spec])
+    names = kwargs["tensor_names"] if "tensor_names" in kwargs else args[1]
+    reads.extend(tf.compat.as_str(n) for n in names)
     return real_restore_v2(*args, **kwargs)
 
   monkeypatch.setattr(io_ops, "restore_v2", restore_v2)
@@ -173,18 +172,15 @@ def test_a_restore_as_tables_are_created_reads_blocks_of_rows(
       embedding._variables["t"]["parameters"].numpy(), start)
   np.testing.assert_array_equal(
       embedding._variables["t"]["accumulators"].numpy(), accumulators)
-  slices = [s for spec in reads for s in spec if s]
-  assert b"600 4 0,64:0,4" in slices and b"600 4 576,24:0,4" in slices
-  assert len(slices) == 2 * 10  # 10 blocks a view, and nothing read whole
-  assert all(s for spec in reads for s in spec)
+  assert sorted(n for n in reads if "emb/t" in n) == [
+      "emb/t.Saccumulators/.ATTRIBUTES/VARIABLE_VALUE",
+      "emb/t/.ATTRIBUTES/VARIABLE_VALUE"]
 
 
-def test_a_restore_of_another_shape_in_blocks_names_the_table(
-    monkeypatch, tmp_path):
+def test_a_restore_of_another_shape_names_the_table(tmp_path):
   saved = tf.train.Checkpoint(emb=_saved_tables(
       500, np.zeros((500, 4), np.float32), np.ones((500, 4), np.float32))
   ).write(str(tmp_path / "c"))
-  monkeypatch.setattr(initialization, "BLOCK_BYTES", 64 * 16)
   embedding = _adagrad_tables(600)
   tf.train.Checkpoint(emb=embedding).read(saved)
   with pytest.raises(ValueError, match=r"Table 't'.*\(600, 4\)"):

@@ -15,11 +15,13 @@ memory is the table plus one block. Any other initializer (seeded, a
 callable) is called once on the full shape, as TensorFlow does, so its
 values are exactly TensorFlow's.
 
-A checkpoint's value restored as a table is created is TensorFlow's
-variable's own initial value for a plain variable (no copy); into a column
-view of an interleaved table (`tfemb.interleaved_tables`) it is read a
-block of rows at a time, as TensorFlow restores a shard of a partitioned
-variable (`ShardInfo`), so the peak is again the table plus one block.
+A checkpoint's value restored as a table is created is the variable's own
+initial value for a plain variable (no copy); a column view of an
+interleaved table (`tfemb.interleaved_tables`) is written from the whole
+saved tensor, once: the peak is the storage plus that tensor. (Reading it
+in blocks of rows through `ShardInfo` slices does not help: TensorFlow's
+bundle reader reads the whole saved tensor for each slice of a tensor
+saved unsliced.)
 """
 
 from typing import Any, Callable, Optional
@@ -51,15 +53,12 @@ def is_restored(initializer) -> bool:
   return isinstance(initializer, trackable.CheckpointInitialValueCallable)
 
 
-def block_rows(initializer, shape, dtype=tf.float32,
-               restore_in_blocks=False) -> Optional[int]:
-  """Rows per block if `shape` should be filled in blocks, else None.
-  `restore_in_blocks`: a checkpoint's value too (a column view's)."""
+def block_rows(initializer, shape, dtype=tf.float32) -> Optional[int]:
+  """Rows per block if `shape` should be filled in blocks, else None."""
   rows, dim = shape
   row_bytes = max(1, dim * tf.as_dtype(dtype).size)
   if (not tf.executing_eagerly() or rows * row_bytes <= BLOCK_BYTES or
-      not (_is_elementwise(initializer) or
-           (restore_in_blocks and is_restored(initializer)))):
+      not _is_elementwise(initializer)):
     return None
   return max(1, BLOCK_BYTES // row_bytes)
 
@@ -85,15 +84,4 @@ def fill_in_blocks(write_rows: Callable[[int, tf.Tensor], Any], shape, dtype,
   rows, dim = shape
   for start in range(0, rows, rows_per_block):
     end = min(rows, start + rows_per_block)
-    write_rows(start, _block(initializer, shape, dtype, start, end))
-
-
-def _block(initializer, shape, dtype, start: int, end: int) -> tf.Tensor:
-  """Rows [start, end) of the initial value of a table of `shape`."""
-  if not is_restored(initializer):
-    return initializer((end - start, shape[1]), dtype=dtype)
-  rows = trackable.ShardInfo(shape=(end - start, shape[1]), offset=(start, 0))
-  try:  # just these rows of the checkpoint's tensor
-    return tf.convert_to_tensor(initializer(shape, dtype, shard_info=rows))
-  except tf.errors.InvalidArgumentError as e:  # saved with another shape
-    raise ValueError(e.message) from None
+    write_rows(start, initializer((end - start, dim), dtype=dtype))

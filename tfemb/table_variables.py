@@ -129,9 +129,7 @@ class TableVariables(autotrackable.AutoTrackable):
       del shape  # The tracking code may clear it; use the table's.
       blocks = None
       if not self._is_partitioned():
-        blocks = initialization.block_rows(
-            initializer, table_shape, dtype,
-            restore_in_blocks=storage is not None)
+        blocks = initialization.block_rows(initializer, table_shape, dtype)
       try:
         make = plain if storage is None else view
         return make(name, dtype, initializer, trainable, blocks)
