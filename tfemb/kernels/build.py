@@ -1,9 +1,10 @@
 """Compiles the fused CPU kernels once per machine and loads them.
 
-`embedding_kernels.cc` and `column_split.cc` are compiled with the machine's
-C++ compiler against the installed TensorFlow's headers (`tf.sysconfig`),
-into one library in a cache directory keyed by the sources, TensorFlow's version and the flags, so each machine and
-TensorFlow version builds it once (about 10 seconds). Without a compiler, or
+`embedding_kernels.cc` and `column_split.cc` are compiled with the
+machine's C++ compiler against the installed TensorFlow's headers
+(`tf.sysconfig`) into one library, in a cache directory keyed by the
+sources, TensorFlow's version and the flags, so each machine and TensorFlow
+version builds it once (about 10 seconds). Without a compiler, or
 with `TFEMB_FUSED_KERNELS=0`, `load()` returns None and the host engine uses
 TensorFlow's own ops: the same numbers, slower.
 

@@ -85,43 +85,36 @@ int64_t ChunkRows(const Layout& l) {
   return std::max<int64_t>(1, kChunkBytes / (l.parts * l.width * 4));
 }
 
-// table -> blocks; with `release`, the table's pages are given back.
-void CopyOut(const Layout& l, float* table, float* blocks, bool release) {
+// Moves every row between the table and the blocks (`out`: table -> blocks,
+// else blocks -> table), a chunk of rows at a time; with `release`, the
+// pages read from are given back behind it (the table's one stream, or the
+// blocks' `parts` streams).
+void Move(const Layout& l, float* table, float* blocks, bool out,
+          bool release) {
   const int64_t row = l.parts * l.width, chunk = ChunkRows(l);
-  uintptr_t released = reinterpret_cast<uintptr_t>(table);
-  for (int64_t r0 = 0; r0 < l.rows; r0 += chunk) {
-    const int64_t r1 = std::min(l.rows, r0 + chunk);
-    for (int64_t r = r0; r < r1; ++r) {
-      for (int64_t p = 0; p < l.parts; ++p) {
-        std::copy_n(table + r * row + p * l.width, l.width,
-                    blocks + (p * l.rows + r) * l.width);
-      }
-    }
-    if (release) {
-      Release(&released, reinterpret_cast<uintptr_t>(table + r1 * row));
-    }
-  }
-}
-
-// blocks -> table; with `release`, the blocks' pages are given back.
-void CopyIn(const Layout& l, float* table, float* blocks, bool release) {
-  const int64_t row = l.parts * l.width, chunk = ChunkRows(l);
-  std::vector<uintptr_t> released(l.parts);
-  for (int64_t p = 0; p < l.parts; ++p) {
-    released[p] = reinterpret_cast<uintptr_t>(blocks + p * l.rows * l.width);
+  std::vector<uintptr_t> released(out ? 1 : l.parts);
+  for (size_t p = 0; p < released.size(); ++p) {
+    released[p] = reinterpret_cast<uintptr_t>(
+        out ? table : blocks + p * l.rows * l.width);
   }
   for (int64_t r0 = 0; r0 < l.rows; r0 += chunk) {
     const int64_t r1 = std::min(l.rows, r0 + chunk);
     for (int64_t r = r0; r < r1; ++r) {
       for (int64_t p = 0; p < l.parts; ++p) {
-        std::copy_n(blocks + (p * l.rows + r) * l.width, l.width,
-                    table + r * row + p * l.width);
+        float* in_table = table + r * row + p * l.width;
+        float* in_blocks = blocks + (p * l.rows + r) * l.width;
+        if (out) {
+          std::copy_n(in_table, l.width, in_blocks);
+        } else {
+          std::copy_n(in_blocks, l.width, in_table);
+        }
       }
     }
     if (!release) continue;
-    for (int64_t p = 0; p < l.parts; ++p) {
+    for (size_t p = 0; p < released.size(); ++p) {
       Release(&released[p], reinterpret_cast<uintptr_t>(
-                                blocks + (p * l.rows + r1) * l.width));
+                                out ? table + r1 * row
+                                    : blocks + (p * l.rows + r1) * l.width));
     }
   }
 }
@@ -133,6 +126,8 @@ struct Split {
   const Var* var;
   Blocks* blocks;
   bool rejoined;  // the rows are back (the blocks may still be read)
+
+  void Rejoin();  // with the registry's lock held
 };
 
 std::mutex& RegistryMutex() {
@@ -178,7 +173,7 @@ class Blocks : public ::tensorflow::TensorBuffer {
   bool TryAcquire() const { return TryRef(); }
 
   void CopyBack(bool release) {
-    CopyIn(layout_, table_, base<float>(), release);
+    Move(layout_, table_, base<float>(), /*out=*/false, release);
   }
 
   ~Blocks() override {
@@ -211,6 +206,11 @@ class Blocks : public ::tensorflow::TensorBuffer {
   float* const table_;
   const Layout layout_;
 };
+
+void Split::Rejoin() {
+  blocks->CopyBack(/*release=*/false);
+  rejoined = true;
+}
 
 class SplitColumnsOp : public OpKernel {
  public:
@@ -247,14 +247,13 @@ class SplitColumnsOp : public OpKernel {
           b->Unref();
           done = true;
         } else {  // ending, waiting for these locks: the rows back now
-          b->CopyBack(/*release=*/false);
-          it->second.rejoined = true;
+          it->second.Rejoin();
         }
       }
       if (!done && it == Registry().end() && table->RefCountIsOne() &&
           l.bytes() > 0) {
         if (Blocks* b = Blocks::Make(var.get(), data, l)) {
-          CopyOut(l, data, b->base<float>(), /*release=*/true);
+          Move(l, data, b->base<float>(), /*out=*/true, /*release=*/true);
           Registry()[data] = Split{var.get(), b, false};
           num_splits.fetch_add(1);
           blocks = Tensor(::tensorflow::DT_FLOAT, shape, b);
@@ -265,7 +264,8 @@ class SplitColumnsOp : public OpKernel {
       if (!done) {  // a copy; the table keeps its rows
         OP_REQUIRES_OK(ctx, ctx->allocate_temp(::tensorflow::DT_FLOAT, shape,
                                                &blocks));
-        CopyOut(l, data, blocks.flat<float>().data(), /*release=*/false);
+        Move(l, data, blocks.flat<float>().data(), /*out=*/true,
+             /*release=*/false);
       }
     }
     ctx->set_output(0, blocks);
@@ -298,8 +298,7 @@ void RejoinColumns(Var* var) {
       it->second.rejoined) {
     return;
   }
-  it->second.blocks->CopyBack(/*release=*/false);
-  it->second.rejoined = true;
+  it->second.Rejoin();
 }
 
 REGISTER_OP("TfembSplitColumns")
