@@ -5,9 +5,14 @@ the parameters and each slot in variables of their own, the update goes to
 1 + slots other places in memory for every row; with all of them side by
 side in one `[rows, (1 + slots) x dim]` variable (the parameters first,
 then the slots in the optimizer's order) the lookup has already brought in
-the page and the neighbouring lines the update needs. At 5M rows per table
-that is 27% of the embedding step with Adam and with Adagrad
-(`benchmarks/layout.py`).
+the page and the neighbouring lines the update needs. How much that buys
+depends on what comes between a row's lookup and its update
+(`benchmarks/layout.py`, benchmarks/README.md): 27% of the embedding step
+at 5M rows per table with Adam and Adagrad when each table is updated right
+after its own lookup; in a training step's order (every table looked up
+before any is updated) 25% with Adagrad at 1M rows and nothing measurable
+with Adam; the Keras step with Adam grows 1.14-1.33x from 100k to 5M rows
+interleaved against 1.5x with separate variables.
 
 Everyone else still sees TensorFlow's variables: the parameters and each
 slot are a `ColumnView`, a `tf.Variable` of `[rows, dim]` over its columns,
