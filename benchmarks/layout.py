@@ -64,12 +64,52 @@ def parse_args(argv=None):
   return p.parse_args(argv)
 
 
+def make_steps(tables, variables, batches, names, lr, row_width: int,
+               order: str):
+  """A `tf.function` running the embedding step on every batch.
+
+  `batches`: (ids, stand-in gradients) per batch, one tensor per table;
+  `row_width` > 0: the tables hold their slots beside the parameters.
+  With `order` "per-table" each table is updated right after its own
+  lookup; with "lookups-first" every update of a batch waits for every
+  lookup of it (through the sum of one value of each).
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tfemb.kernels import ops  # pylint: disable=g-import-not-at-top
+
+  def update(t, unique, positions, grads):
+    row_grads, _ = ops.row_gradients(tables[t], grads, positions, unique,
+                                     True)
+    ops.apply_rows(tables[t], variables[t], unique, row_grads, lr,
+                   interleaved=row_width > 0)
+
+  @tf.function
+  def steps():
+    total = tf.constant(0.0)
+    for ids, grads in batches:
+      looked_up = []
+      for t, table in enumerate(tables):
+        unique, positions, rows = ops.dedup_gather(
+            table, variables[t]["parameters"], [ids[t]], [names[t]],
+            row_width=row_width)
+        total += rows[0, 0]
+        if order == "per-table":
+          update(t, unique, positions, grads[t])
+        else:
+          looked_up.append((unique, positions))
+      with tf.control_dependencies([total]):  # every lookup of the batch
+        for t, (unique, positions) in enumerate(looked_up):
+          update(t, unique, positions, grads[t])
+    return total
+
+  return steps
+
+
 def _child(args) -> dict:
   """Builds the tables in one layout and times the embedding step."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from benchmarks.stacks import tfemb_common  # pylint: disable=g-import-not-at-top
   import tfemb  # pylint: disable=g-import-not-at-top
-  from tfemb.kernels import ops  # pylint: disable=g-import-not-at-top
 
   work = workload_lib.Workload(vocab=args.sizes[0], optimizer=args.optimizer)
   interleaved = args.layout == "interleaved"
@@ -94,31 +134,8 @@ def _child(args) -> dict:
                for _ in work.names])
              for features, _ in work.make_batches()]
   lr = tf.constant(work.learning_rate)
-
-  def update(t, unique, positions, grads):
-    row_grads, _ = ops.row_gradients(tables[t], grads, positions, unique,
-                                     True)
-    ops.apply_rows(tables[t], variables[t], unique, row_grads, lr,
-                   interleaved=interleaved)
-
-  @tf.function
-  def steps():
-    total = tf.constant(0.0)
-    for ids, grads in batches:
-      looked_up = []
-      for t, table in enumerate(tables):
-        unique, positions, rows = ops.dedup_gather(
-            table, variables[t]["parameters"], [ids[t]], [work.names[t]],
-            row_width=columns * work.dim if interleaved else 0)
-        total += rows[0, 0]
-        if args.order == "per-table":
-          update(t, unique, positions, grads[t])
-        else:
-          looked_up.append((unique, positions))
-      with tf.control_dependencies([total]):  # every lookup of the batch
-        for t, (unique, positions) in enumerate(looked_up):
-          update(t, unique, positions, grads[t])
-    return total
+  steps = make_steps(tables, variables, batches, work.names, lr,
+                     columns * work.dim if interleaved else 0, args.order)
 
   for _ in range(WARMUP_CALLS):
     steps().numpy()
