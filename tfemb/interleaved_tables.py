@@ -4,15 +4,13 @@ A step looks a table's rows up and then updates them with their slots. With
 the parameters and each slot in variables of their own, the update goes to
 1 + slots other places in memory for every row; with all of them side by
 side in one `[rows, (1 + slots) x dim]` variable (the parameters first,
-then the slots in the optimizer's order) the lookup has already brought in
-the page and the neighbouring lines the update needs. How much that buys
-depends on what comes between a row's lookup and its update
-(`benchmarks/layout.py`, benchmarks/README.md): 27% of the embedding step
-at 5M rows per table with Adam and Adagrad when each table is updated right
-after its own lookup; in a training step's order (every table looked up
-before any is updated) 25% with Adagrad at 1M rows and nothing measurable
-with Adam; the Keras step with Adam grows 1.14-1.33x from 100k to 5M rows
-interleaved against 1.5x with separate variables.
+then the slots in the optimizer's order) each row is one place, and a
+lookup's read of it can leave the page translation and the neighbouring
+lines for the update. In a training step's order (every table looked up
+before any is updated) that saves a quarter of Adagrad's embedding step at
+1M rows per table and nothing measurable with Adam, and it keeps Adam's
+Keras step flat in the vocabulary (benchmarks/README.md, "the order of a
+step"; `benchmarks/layout.py --order`).
 
 Everyone else still sees TensorFlow's variables: the parameters and each
 slot are a `ColumnView`, a `tf.Variable` of `[rows, dim]` over its columns,
