@@ -1,0 +1,28 @@
+"""benchmarks/modes.py's head-alone step: the workload's Dense(1) head on
+gathered activations, checked against numpy."""
+
+import numpy as np
+import tensorflow as tf
+
+from benchmarks import modes
+from benchmarks import workload as workload_lib
+
+
+def test_head_step_trains_the_numpy_reference():
+  work = workload_lib.Workload(vocab=10, optimizer="sgd", features=3, dim=2,
+                               batch=6, distinct_batches=1)
+  step, tables, kernel = modes.head_step(work)
+  features, labels = work.make_batches()[0]
+  x = np.concatenate([t.numpy()[features[n]]
+                      for t, n in zip(tables, work.names)], axis=1)
+  w = kernel.numpy()
+  pred = (x @ w)[:, 0]
+  want_loss = np.mean((labels - pred) ** 2)
+  want_w = w - modes.HEAD_LR * x.T @ (2 * (pred - labels) / 6)[:, None]
+
+  loss = step({n: tf.constant(v) for n, v in features.items()},
+              tf.constant(labels))
+
+  np.testing.assert_allclose(loss.numpy(), want_loss, rtol=1e-5)
+  np.testing.assert_allclose(kernel.numpy(), want_w, rtol=1e-5, atol=1e-7)
+  assert not np.allclose(want_w, w)  # the step changed the kernel
