@@ -14,12 +14,11 @@ as the whole step does, the spread is the machine's, not tfemb's.
 
 import argparse
 import json
-import subprocess
-import sys
 
 import numpy as np
 
 from benchmarks import child
+from benchmarks import runner
 from benchmarks import timing
 from benchmarks import workload as workload_lib
 from benchmarks.stacks import BY_NAME
@@ -32,8 +31,7 @@ def parse_args(argv=None):
   p.add_argument("--vocab", type=int, default=100_000)
   p.add_argument("--processes", type=int, default=6)
   p.add_argument("--steps", type=int, default=60)
-  p.add_argument("--child", action="store_true",
-                 help="(internal) one process' measurement, as JSON")
+  p.add_argument("--out", help="(child) where to write its JSON")
   return p.parse_args(argv)
 
 
@@ -80,18 +78,20 @@ def measure(work, steps: int) -> dict:
 def main(argv=None):
   args = parse_args(argv)
   work = workload_lib.Workload(vocab=args.vocab, optimizer=args.optimizer)
-  if args.child:
-    print(json.dumps(measure(work, args.steps)))
+  if args.out:  # one process' measurement
+    with open(args.out, "w") as f:
+      json.dump(measure(work, args.steps), f)
     return
-  cmd = [sys.executable, "-m", "benchmarks.modes", "--child",
-         "--optimizer", args.optimizer, "--vocab", str(args.vocab),
-         "--steps", str(args.steps)]
   print(f"{args.optimizer}, {args.vocab:,} rows per table: median ms "
         "(p10-p90) per fresh process")
   print("process | tfemb Keras step | head alone")
   for i in range(args.processes):
-    run = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    r = json.loads(run.stdout.strip().splitlines()[-1])
+    outcome = runner.run("benchmarks.modes", [
+        "--optimizer", args.optimizer, "--vocab", str(args.vocab),
+        "--steps", str(args.steps)])
+    if outcome.result is None:
+      raise SystemExit(f"process {i + 1}: {outcome.status}: {outcome.detail}")
+    r = outcome.result
     cells = [f"{r[k]['median_ms']:.2f} ({r[k]['p10_ms']:.2f}-"
              f"{r[k]['p90_ms']:.2f})" for k in ("tfemb", "head")]
     print(f"{i + 1} | " + " | ".join(cells), flush=True)
