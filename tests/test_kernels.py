@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import tfemb
 from tfemb.kernels import build
+from tfemb.kernels import ops as kernel_ops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -166,3 +167,28 @@ def test_big_tables_are_backed_by_huge_pages():
 
   step(tf.constant([3, 70000, 3, 131071], tf.int64))
   assert _anon_huge_bytes() - before >= 2 * 12 * 2**20
+
+
+def test_dedup_gather_of_a_large_batch_matches_numpy():
+  """Thousands of ids with heavy repetition (the hash table probes past
+  occupied slots): distinct ids in order of first occurrence, each id's
+  position among them and its row, as np.unique would give them."""
+  rng = np.random.default_rng(3)
+  vocab, dim = 50_000, 4
+  storage_np = rng.normal(size=(vocab, dim)).astype(np.float32)
+  storage = tf.Variable(storage_np)
+  table = tfemb.TableConfig(vocab, dim, name="t")
+  features = [(rng.zipf(1.3, size=n) * 7919 % vocab).astype(np.int64)
+              for n in (4096, 3000, 1)]
+  ids = np.concatenate(features)
+
+  unique, positions, rows = kernel_ops.dedup_gather(
+      table, storage, [tf.constant(f) for f in features], ["a", "b", "c"])
+
+  _, first = np.unique(ids, return_index=True)
+  want_unique = ids[np.sort(first)]
+  assert 1000 < len(want_unique) < len(ids) / 2  # many repeats, many rows
+  np.testing.assert_array_equal(unique, want_unique)
+  where = {int(v): k for k, v in enumerate(want_unique)}
+  np.testing.assert_array_equal(positions, [where[int(v)] for v in ids])
+  np.testing.assert_array_equal(rows, storage_np[ids])
