@@ -17,8 +17,6 @@
 // "+ rows" then copies every id's row of a [vocab, 32] float32 table on
 // 2 MiB pages into the activations, 12 ids ahead prefetched, as the kernel.
 // Alternating rounds of 10 steps; prints the median per step of 8 tables.
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,30 +27,11 @@
 #include <random>
 #include <vector>
 
+#include "suite.h"
+
 namespace {
 
 constexpr int kDim = 32, kTables = 8, kBatches = 8, kIds = 4096, kAhead = 12;
-
-float* Table(size_t floats) {
-  const size_t huge = size_t{2} << 20;
-  const size_t bytes = (floats * sizeof(float) + huge - 1) & ~(huge - 1);
-  void* p = aligned_alloc(huge, bytes);
-  madvise(p, bytes, MADV_HUGEPAGE);
-  memset(p, 1, bytes);
-  return static_cast<float*>(p);
-}
-
-std::vector<int64_t> ZipfBatch(std::mt19937_64& rng, long vocab, int table) {
-  const double s = 1.1, top = std::pow(double(vocab), 1 - s) - 1;
-  std::uniform_real_distribution<double> uniform(0.0, 1.0);
-  std::vector<int64_t> ids(kIds);
-  for (auto& id : ids) {
-    long rank = long(std::floor(std::pow(top * uniform(rng) + 1, 1 / (1 - s))));
-    rank = std::min(std::max(rank - 1, 0L), vocab - 1);
-    id = int64_t((__int128(rank) * 2654435761L + table * 7919) % vocab);
-  }
-  return ids;
-}
 
 int64_t Capacity(int64_t n) {
   int64_t c = 16;
@@ -109,11 +88,11 @@ volatile float sink;
 int main(int argc, char** argv) {
   const long vocab = argc > 1 ? atol(argv[1]) : 5000000;
   std::vector<float*> tables(kTables);
-  for (auto& t : tables) t = Table(size_t(vocab) * kDim);
+  for (auto& t : tables) t = HugeTable(size_t(vocab) * kDim);
   std::mt19937_64 rng(1);
   std::vector<std::vector<int64_t>> ids;
   for (int b = 0; b < kBatches; ++b) {
-    for (int t = 0; t < kTables; ++t) ids.push_back(ZipfBatch(rng, vocab, t));
+    for (int t = 0; t < kTables; ++t) ids.push_back(SuiteIds(rng, vocab, t, kIds));
   }
   std::vector<float> out(size_t(kIds) * kDim);
   std::vector<int64_t> pos(kIds), pos2(kIds);

@@ -40,20 +40,15 @@
 #include <unordered_set>
 #include <vector>
 
+#include "suite.h"
+
 namespace {
 
 constexpr int kDim = 32, kTables = 4, kRows = 1900, kAhead = 8;
 
 bool small_pages = false;  // "4k": no 2 MiB pages
 
-float* Table(size_t floats) {
-  const size_t huge = size_t{2} << 20;
-  const size_t bytes = (floats * sizeof(float) + huge - 1) & ~(huge - 1);
-  void* p = aligned_alloc(huge, bytes);
-  madvise(p, bytes, small_pages ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
-  memset(p, 0, bytes);
-  return static_cast<float*>(p);
-}
+float* Table(size_t floats) { return HugeTable(floats, small_pages); }
 
 void Prefetch(const float* p, int lines) {
   for (int i = 0; i < lines; ++i) __builtin_prefetch(p + 16 * i, 1);
@@ -70,18 +65,12 @@ void Adam(const float* __restrict g, float* __restrict w, float* __restrict m,
   }
 }
 
-// The distinct ids of `n` ids drawn as benchmarks/workload.py's zipf_ids
-// draws them (same law, another random generator), in first-seen order.
+// The distinct ids of a batch of `n` of the suite's ids, in first-seen order.
 std::vector<long> ZipfBatch(std::mt19937_64& rng, long vocab, int table,
                             int n) {
-  const double s = 1.1, top = std::pow(double(vocab), 1 - s) - 1;
-  std::uniform_real_distribution<double> uniform(0.0, 1.0);
   std::unordered_set<long> seen;
   std::vector<long> ids;
-  for (int i = 0; i < n; ++i) {
-    long rank = long(std::floor(std::pow(top * uniform(rng) + 1, 1 / (1 - s))));
-    rank = std::min(std::max(rank - 1, 0L), vocab - 1);
-    const long id = long((__int128(rank) * 2654435761L + table * 7919) % vocab);
+  for (const int64_t id : SuiteIds(rng, vocab, table, n)) {
     if (seen.insert(id).second) ids.push_back(id);
   }
   return ids;

@@ -1,0 +1,42 @@
+// What the native benchmarks share: a float32 table backed by 2 MiB pages
+// (or 4 KiB ones), and a batch of ids drawn as benchmarks/workload.py's
+// zipf_ids draws them (same law, another random generator).
+#ifndef TFEMB_BENCHMARKS_NATIVE_SUITE_H_
+#define TFEMB_BENCHMARKS_NATIVE_SUITE_H_
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+// `floats` zeroed floats, touched once so that the pages exist.
+inline float* HugeTable(size_t floats, bool small_pages = false) {
+  const size_t huge = size_t{2} << 20;
+  const size_t bytes = (floats * sizeof(float) + huge - 1) & ~(huge - 1);
+  void* p = aligned_alloc(huge, bytes);
+  madvise(p, bytes, small_pages ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
+  memset(p, 0, bytes);
+  return static_cast<float*>(p);
+}
+
+// `n` ids of table number `table`: rank r with probability ~ r^-1.1, popular
+// ranks scattered over the table.
+inline std::vector<int64_t> SuiteIds(std::mt19937_64& rng, long vocab,
+                                     int table, int n) {
+  const double s = 1.1, top = std::pow(double(vocab), 1 - s) - 1;
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::vector<int64_t> ids(n);
+  for (auto& id : ids) {
+    long rank = long(std::floor(std::pow(top * uniform(rng) + 1, 1 / (1 - s))));
+    rank = std::min(std::max(rank - 1, 0L), vocab - 1);
+    id = int64_t((__int128(rank) * 2654435761L + table * 7919) % vocab);
+  }
+  return ids;
+}
+
+#endif  // TFEMB_BENCHMARKS_NATIVE_SUITE_H_
