@@ -54,15 +54,8 @@ void Prefetch(const float* p, int lines) {
   for (int i = 0; i < lines; ++i) __builtin_prefetch(p + 16 * i, 1);
 }
 
-void Adam(const float* __restrict g, float* __restrict w, float* __restrict m,
-          float* __restrict v) {
-  for (int d = 0; d < kDim; ++d) {
-    const float mm = 0.9f * m[d] + 0.1f * g[d];
-    const float vv = 0.999f * v[d] + 0.001f * g[d] * g[d];
-    m[d] = mm;
-    v[d] = vv;
-    w[d] -= 0.001f * (mm / (std::sqrt(vv) + 1e-7f));
-  }
+void Adam(const float* g, float* w, float* m, float* v) {
+  AdamRow(g, w, m, v, kDim);
 }
 
 // The distinct ids of a batch of `n` of the suite's ids, in first-seen order.

@@ -1,6 +1,6 @@
 // What the native benchmarks share: a float32 table backed by 2 MiB pages
-// (or 4 KiB ones), and a batch of ids drawn as benchmarks/workload.py's
-// zipf_ids draws them (same law, another random generator).
+// (or 4 KiB ones), a batch of ids drawn as benchmarks/workload.py's
+// zipf_ids draws them (same law, another random generator), Adam's rule.
 #ifndef TFEMB_BENCHMARKS_NATIVE_SUITE_H_
 #define TFEMB_BENCHMARKS_NATIVE_SUITE_H_
 
@@ -37,6 +37,19 @@ inline std::vector<int64_t> SuiteIds(std::mt19937_64& rng, long vocab,
     id = int64_t((__int128(rank) * 2654435761L + table * 7919) % vocab);
   }
   return ids;
+}
+
+// Adam's rule on one row of `dim` floats (the benchmarks' constants), in
+// place: parameters w, first and second moments m and v.
+inline void AdamRow(const float* __restrict g, float* __restrict w,
+                    float* __restrict m, float* __restrict v, int dim) {
+  for (int d = 0; d < dim; ++d) {
+    const float mm = 0.9f * m[d] + 0.1f * g[d];
+    const float vv = 0.999f * v[d] + 0.001f * g[d] * g[d];
+    m[d] = mm;
+    v[d] = vv;
+    w[d] -= 0.001f * (mm / (std::sqrt(vv) + 1e-7f));
+  }
 }
 
 #endif  // TFEMB_BENCHMARKS_NATIVE_SUITE_H_
