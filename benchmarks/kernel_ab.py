@@ -96,14 +96,15 @@ def build_base(revision: str) -> str:
     with open(os.path.join(where, name), "w") as f:
       f.write(text)
   compiler = os.environ.get("CXX", "c++")
+  partial = f"{library}.{os.getpid()}.tmp"  # another process may build too
   command = ([compiler] + flags +
              [os.path.join(where, n) for n in FILES if n.endswith(".cc")] +
-             ["-o", library + ".tmp"] + tf.sysconfig.get_link_flags())
+             ["-o", partial] + tf.sysconfig.get_link_flags())
   done = subprocess.run(command, capture_output=True, text=True, check=False)
   if done.returncode != 0:
     raise SystemExit("compiling the base kernels failed:\n" +
                      done.stderr[-2000:])
-  os.replace(library + ".tmp", library)
+  os.replace(partial, library)
   return library
 
 
