@@ -12,13 +12,14 @@ working tree's kernels and times the suite's embedding step with either on
 the same tables, in alternating blocks (base then current, then current
 then base, ...): the machine's minutes fall on both alike.
 
-The step is the one of `benchmarks.layout --order lookups-first` (the
-training order): per batch of the workload, the 8 tables' lookups
-(`DedupGather`), then their row-gradient sums and updates, with a fixed
-stand-in gradient, tables in tfemb's default layout (the slots beside the
-parameters). Before timing, both builds run one call on copies of the same
-small random tables: activations and tables must agree (to 1e-6; whether
-bit for bit is printed), or the tool stops.
+The step is `benchmarks.layout`'s in the training order (`--order
+lookups-first`): per batch of the workload, the 8 tables' lookups, then
+their row-gradient sums and updates, with a fixed stand-in gradient, tables
+in tfemb's default layout (the slots beside the parameters), both builds
+called through `tfemb.kernels.ops`. Before timing, both builds look up and
+update copies of the same small random tables: the lookups' outputs and the
+tables must agree (to 1e-6; whether bit for bit is printed), or the tool
+stops.
 
 Prints the median ms per step of each build and current / base; `--out`
 writes them as JSON.
@@ -34,6 +35,7 @@ import time
 
 import numpy as np
 
+from benchmarks import layout
 from benchmarks import workload as workload_lib
 from benchmarks.stacks import REPO
 
@@ -108,70 +110,28 @@ def build_base(revision: str) -> str:
   return library
 
 
-class Kernels:
-  """The three kernels of a step from one build, with the workload's attrs."""
+class Renamed:
+  """A build of `build_base`, answering to tfemb's op names (`tfemb_x` is
+  its `tfemb_base_x`), so that `tfemb.kernels.ops` can call it."""
 
-  def __init__(self, library, prefix: str, work, opt, row_width: int):
-    from tfemb.kernels import ops  # pylint: disable=g-import-not-at-top
+  def __init__(self, library):
+    self._library = library
 
-    self._gather = getattr(library, f"{prefix}_dedup_gather")
-    self._sums = getattr(library, f"{prefix}_row_gradients")
-    self._apply = getattr(library, f"{prefix}_apply_rows")
-    self._work = work
-    self._row_width = row_width
-    rule, self._constants = ops.constants(opt)
-    self._rule = rule
-
-  def gather(self, variable, ids, name):
-    return self._gather(
-        table=variable.handle, ids=[ids], vocabulary_size=self._work.vocab,
-        dim=self._work.dim, feature_names=[name], table_name=name,
-        row_width=self._row_width)
-
-  def update(self, variable, unique, positions, grads, lr, name):
-    sums, _ = self._sums(gradients=grads, positions=positions,
-                         unique_ids=unique, table_name=name,
-                         raise_non_finite=True)
-    self._apply(
-        parameters=variable.handle, slots=[], ids=unique, gradients=sums,
-        learning_rate=lr, table_name=name, rule=self._rule,
-        hyperparameters=self._constants, clip_gradient=[-np.inf, np.inf],
-        clip_weight=[-np.inf, np.inf], weight_decay_factor=0.0,
-        multiply_weight_decay_by_lr=False, interleaved=True)
-
-
-def make_steps(kernels, variables, batches, names, lr, check=False):
-  """A `tf.function`: every batch's lookups, then its sums and updates.
-
-  Returns one activation of each lookup, or with `check` the sum of all of
-  them (for comparing two builds; an extra read of each batch's rows).
-  """
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-  @tf.function
-  def steps():
-    total = tf.constant(0.0)
-    for ids, grads in batches:
-      looked_up = []
-      for variable, i, name in zip(variables, ids, names):
-        unique, positions, rows = kernels.gather(variable, i, name)
-        total += tf.reduce_sum(rows) if check else rows[0, 0]
-        looked_up.append((unique, positions))
-      with tf.control_dependencies([total]):  # every lookup of the batch
-        for variable, (unique, positions), g, name in zip(
-            variables, looked_up, grads, names):
-          kernels.update(variable, unique, positions, g, lr, name)
-    return total
-
-  return steps
+  def __getattr__(self, name):
+    return getattr(self._library, name.replace("tfemb_", "tfemb_base_", 1))
 
 
 def _setup(vocab, optimizer, random_tables):
+  """The workload's tables (configs), their interleaved variables' starting
+  values, its batches with stand-in gradients, and the row width."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from benchmarks.stacks import tfemb_common  # pylint: disable=g-import-not-at-top
+  import tfemb  # pylint: disable=g-import-not-at-top
 
   work = workload_lib.Workload(vocab=vocab, optimizer=optimizer)
-  opt = tfemb_common.optimizer(work)
+  tables = [tfemb.TableConfig(vocab, work.dim, name=f"table_{n}",
+                              optimizer=tfemb_common.optimizer(work))
+            for n in work.names]
   width = (1 + work.slots) * work.dim
   rng = np.random.default_rng(work.seed)
   if random_tables:  # positive, so that Adagrad's and Adam's slots are valid
@@ -184,31 +144,46 @@ def _setup(vocab, optimizer, random_tables):
                   (work.batch, work.dim), dtype=np.float32))
                for _ in work.names])
              for features, _ in work.make_batches()]
-  return work, opt, width, start, batches
+  return work, tables, start, batches, width
+
+
+def _steps(work, tables, variables, batches, width, library):
+  """`benchmarks.layout`'s embedding step in the training order."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  return layout.make_steps(
+      tables, [{"parameters": v} for v in variables], batches, work.names,
+      tf.constant(work.learning_rate), width, "lookups-first",
+      library=library)
 
 
 def check_same_numbers(base, current, optimizer) -> bool:
-  """One call of each build on copies of the same small random tables.
+  """Both builds on copies of the same small random tables: every lookup's
+  distinct ids, positions and rows, then the tables after one call.
 
   Raises SystemExit if they disagree beyond 1e-6; returns whether they
   agree bit for bit.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tfemb.kernels import ops  # pylint: disable=g-import-not-at-top
 
-  work, opt, width, start, batches = _setup(1000, optimizer, True)
-  lr = tf.constant(work.learning_rate)
+  work, tables, start, batches, width = _setup(1000, optimizer, True)
   results = []
-  for library, prefix in ((base, "tfemb_base"), (current, "tfemb")):
+  for library in (base, current):
     variables = [tf.Variable(s) for s in start]
-    kernels = Kernels(library, prefix, work, opt, width)
-    total = make_steps(kernels, variables, batches, work.names, lr,
-                       check=True)()
-    results.append([total.numpy()] + [v.numpy() for v in variables])
+    outputs = [o.numpy() for ids, _ in batches
+               for table, v, i, n in zip(tables, variables, ids, work.names)
+               for o in ops.dedup_gather(table, v, [i], [n], row_width=width,
+                                         library=library)]
+    _steps(work, tables, variables, batches, width, library)()
+    results.append(outputs + [v.numpy() for v in variables])
   same = all(np.array_equal(a, b) for a, b in zip(*results))
   for a, b in zip(*results):
-    if not np.allclose(a, b, rtol=1e-6, atol=1e-7):
-      raise SystemExit("the two builds give different numbers: max "
-                       f"difference {np.max(np.abs(a - b)):.3g}")
+    if a.shape != b.shape or not np.allclose(a, b, rtol=1e-6, atol=1e-7):
+      raise SystemExit("the two builds give different numbers: "
+                       + (f"max difference {np.max(np.abs(a - b)):.3g}"
+                          if a.shape == b.shape else
+                          f"shapes {a.shape} and {b.shape}"))
   return same
 
 
@@ -217,20 +192,15 @@ def compare(args) -> dict:
   from tfemb.kernels import build  # pylint: disable=g-import-not-at-top
 
   current = build.load()
-  base = tf.load_op_library(build_base(args.base))
+  base = Renamed(tf.load_op_library(build_base(args.base)))
   identical = check_same_numbers(base, current, args.optimizer)
 
-  work, opt, width, start, batches = _setup(args.vocab, args.optimizer,
-                                            False)
+  work, tables, start, batches, width = _setup(args.vocab, args.optimizer,
+                                               False)
   variables = [tf.Variable(s) for s in start]
   del start
-  lr = tf.constant(work.learning_rate)
-  steps = {
-      "base": make_steps(Kernels(base, "tfemb_base", work, opt, width),
-                         variables, batches, work.names, lr),
-      "current": make_steps(Kernels(current, "tfemb", work, opt, width),
-                            variables, batches, work.names, lr),
-  }
+  steps = {name: _steps(work, tables, variables, batches, width, library)
+           for name, library in (("base", base), ("current", current))}
   for fn in steps.values():  # trace, back the tables with huge pages
     for _ in range(3):
       fn().numpy()

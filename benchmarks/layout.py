@@ -65,23 +65,24 @@ def parse_args(argv=None):
 
 
 def make_steps(tables, variables, batches, names, lr, row_width: int,
-               order: str):
+               order: str, library=None):
   """A `tf.function` running the embedding step on every batch.
 
   `batches`: (ids, stand-in gradients) per batch, one tensor per table;
   `row_width` > 0: the tables hold their slots beside the parameters.
   With `order` "per-table" each table is updated right after its own
   lookup; with "lookups-first" every update of a batch waits for every
-  lookup of it (through the sum of one value of each).
+  lookup of it (through the sum of one value of each). `library`: another
+  build of the kernels (benchmarks/kernel_ab.py); by default tfemb's.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tfemb.kernels import ops  # pylint: disable=g-import-not-at-top
 
   def update(t, unique, positions, grads):
     row_grads, _ = ops.row_gradients(tables[t], grads, positions, unique,
-                                     True)
+                                     True, library=library)
     ops.apply_rows(tables[t], variables[t], unique, row_grads, lr,
-                   interleaved=row_width > 0)
+                   interleaved=row_width > 0, library=library)
 
   @tf.function
   def steps():
@@ -91,7 +92,7 @@ def make_steps(tables, variables, batches, names, lr, row_width: int,
       for t, table in enumerate(tables):
         unique, positions, rows = ops.dedup_gather(
             table, variables[t]["parameters"], [ids[t]], [names[t]],
-            row_width=row_width)
+            row_width=row_width, library=library)
         total += rows[0, 0]
         if order == "per-table":
           update(t, unique, positions, grads[t])

@@ -37,7 +37,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
-#include <unordered_set>
 #include <vector>
 
 #include "suite.h"
@@ -58,16 +57,6 @@ void Adam(const float* g, float* w, float* m, float* v) {
   AdamRow(g, w, m, v, kDim);
 }
 
-// The distinct ids of a batch of `n` of the suite's ids, in first-seen order.
-std::vector<long> ZipfBatch(std::mt19937_64& rng, long vocab, int table,
-                            int n) {
-  std::unordered_set<long> seen;
-  std::vector<long> ids;
-  for (const int64_t id : SuiteIds(rng, vocab, table, n)) {
-    if (seen.insert(id).second) ids.push_back(id);
-  }
-  return ids;
-}
 
 double Median(std::vector<double> x) {
   std::sort(x.begin(), x.end());
@@ -107,7 +96,8 @@ int main(int argc, char** argv) {
   for (size_t b = 0; b < ids.size(); ++b) {
     auto& batch = ids[b];
     if (zipf) {
-      batch = ZipfBatch(rng, vocab, b % kTables, 4096);
+      const auto distinct = Distinct(SuiteIds(rng, vocab, b % kTables, 4096));
+      batch.assign(distinct.begin(), distinct.end());
     } else {
       for (auto& id : batch) id = static_cast<long>(rng() % span);
     }

@@ -24,7 +24,6 @@
 #include <cstring>
 #include <string>
 #include <thread>
-#include <unordered_set>
 
 #include "suite.h"
 
@@ -42,15 +41,6 @@ void Sgd(const float* __restrict g, float* __restrict w) {
 
 void Adam(const float* g, float* w, float* m, float* v) {
   AdamRow(g, w, m, v, kDim);
-}
-
-std::vector<int64_t> Distinct(const std::vector<int64_t>& ids) {
-  std::unordered_set<int64_t> seen;
-  std::vector<int64_t> out;
-  for (const int64_t id : ids) {
-    if (seen.insert(id).second) out.push_back(id);
-  }
-  return out;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // What the native benchmarks share: a float32 table backed by 2 MiB pages
 // (or 4 KiB ones), a batch of ids drawn as benchmarks/workload.py's
-// zipf_ids draws them (same law, another random generator), Adam's rule.
+// zipf_ids draws them (same law, another random generator) and their
+// distinct values, Adam's rule.
 #ifndef TFEMB_BENCHMARKS_NATIVE_SUITE_H_
 #define TFEMB_BENCHMARKS_NATIVE_SUITE_H_
 
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <unordered_set>
 #include <vector>
 
 // `floats` zeroed floats, touched once so that the pages exist.
@@ -37,6 +39,16 @@ inline std::vector<int64_t> SuiteIds(std::mt19937_64& rng, long vocab,
     id = int64_t((__int128(rank) * 2654435761L + table * 7919) % vocab);
   }
   return ids;
+}
+
+// The distinct values of `ids`, in the order they first appear.
+inline std::vector<int64_t> Distinct(const std::vector<int64_t>& ids) {
+  std::unordered_set<int64_t> seen;
+  std::vector<int64_t> out;
+  for (const int64_t id : ids) {
+    if (seen.insert(id).second) out.push_back(id);
+  }
+  return out;
 }
 
 // Adam's rule on one row of `dim` floats (the benchmarks' constants), in

@@ -3,8 +3,8 @@
 //
 //   TfembDedupGather   the table's ids (every feature that shares it) ->
 //                      distinct ids, each id's position among them, and each
-//                      id's row (one hash pass, one read of each distinct row). Checks
-//                      the id range first, naming the feature.
+//                      id's row (one hash pass, one read of each distinct
+//                      row). Checks the id range first, naming the feature.
 //   TfembRowGradients  per-id gradients -> one summed gradient per distinct
 //                      row (in the order of the ids, as unsorted_segment_sum)
 //                      and whether it is finite (or an error naming the table).

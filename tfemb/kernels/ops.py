@@ -109,23 +109,27 @@ def rejoin_columns(storage) -> None:
 
 
 def dedup_gather(table, variable, ids: Sequence[tf.Tensor],
-                 feature_names: Sequence[str], row_width: int = 0):
+                 feature_names: Sequence[str], row_width: int = 0,
+                 library=None):
   """(unique_ids [u], positions [n], rows [n, dim]) for the table's ids.
 
   `row_width`: the variable's width when it holds the slots beside the
   parameters (the parameters are its first `dim` columns); 0: `dim`, or
-  the storage's width for an interleaved table's parameters.
+  the storage's width for an interleaved table's parameters. `library`
+  (here and below): another build of these kernels, with the same op
+  names (benchmarks/kernel_ab.py); by default tfemb's own.
   """
-  return build.load().tfemb_dedup_gather(
+  return (library or build.load()).tfemb_dedup_gather(
       table=_handle(variable), ids=[tf.cast(i, tf.int64) for i in ids],
       vocabulary_size=table.vocabulary_size, dim=table.dim,
       feature_names=list(feature_names), table_name=table.name,
       row_width=row_width or _row_width(variable))
 
 
-def row_gradients(table, grads, positions, unique_ids, raise_non_finite):
+def row_gradients(table, grads, positions, unique_ids, raise_non_finite,
+                  library=None):
   """(row gradients [u, dim], finite) summed in the order of the ids."""
-  return build.load().tfemb_row_gradients(
+  return (library or build.load()).tfemb_row_gradients(
       gradients=grads, positions=positions, unique_ids=unique_ids,
       table_name=table.name, raise_non_finite=raise_non_finite)
 
@@ -152,7 +156,8 @@ def constants(opt) -> Tuple[str, List[float]]:
   return rule, []
 
 
-def apply_rows(table, variables, ids, grads, lr, interleaved=False):
+def apply_rows(table, variables, ids, grads, lr, interleaved=False,
+               library=None):
   """The table's optimizer on rows `ids` of the table and its slots.
 
   With `interleaved`, `variables["parameters"]` holds the slots too: a
@@ -164,7 +169,7 @@ def apply_rows(table, variables, ids, grads, lr, interleaved=False):
   interleaved = interleaved or bool(_row_width(variables["parameters"]))
   slots = [] if interleaved else [
       _handle(variables[n]) for n in opt._slot_names()]  # pylint: disable=protected-access
-  return build.load().tfemb_apply_rows(
+  return (library or build.load()).tfemb_apply_rows(
       parameters=_handle(variables["parameters"]), slots=slots, ids=ids,
       gradients=grads, learning_rate=lr, table_name=table.name, rule=rule,
       hyperparameters=hyperparameters,
