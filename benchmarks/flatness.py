@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from benchmarks import child
+from benchmarks import procmem
 from benchmarks import timing
 from benchmarks import workload as workload_lib
 from benchmarks.stacks import BY_NAME
@@ -62,6 +63,7 @@ def run(args) -> dict:
   sizes = {"small": args.small, "large": args.large}
   built = {k: _build(stack, args.optimizer, v) for k, v in sizes.items()}
   times = {k: [] for k in sizes}
+  faults = {k: 0.0 for k in sizes}  # while timed
   block_ratios = []
   began = time.perf_counter()
   cursor = {k: WARMUP for k in sizes}  # which batch each size runs next
@@ -72,7 +74,9 @@ def run(args) -> dict:
       step, tensors, per_call = built[k]
       timing.time_steps(step, tensors, args.rewarm, start=cursor[k])
       cursor[k] += args.rewarm
+      before = procmem.minor_faults()
       t = timing.time_steps(step, tensors, args.block_steps, start=cursor[k])
+      faults[k] += (procmem.minor_faults() - before) / per_call
       cursor[k] += args.block_steps
       t = [x / per_call * 1e3 for x in t]
       times[k].extend(t)
@@ -93,6 +97,7 @@ def run(args) -> dict:
                            for q in (.1, .9)],
       "large_p10_p90_ms": [float(np.quantile(times["large"], q))
                            for q in (.1, .9)],
+      "page_faults_per_step": {k: faults[k] / len(times[k]) for k in sizes},
       "workload": dataclasses.asdict(
           workload_lib.Workload(vocab=args.large, optimizer=args.optimizer)),
   }

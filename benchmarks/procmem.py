@@ -1,5 +1,5 @@
 """Memory figures from /proc (Linux): a process's RSS and peak, and what
-the machine still has available. Values in bytes."""
+the machine still has available. Values in bytes; page faults in pages."""
 
 from typing import Optional
 
@@ -28,6 +28,13 @@ def huge_pages(pid="self") -> Optional[int]:
   """AnonHugePages: how much of the process's memory sits on 2 MiB pages
   (tfemb's tables ask for them; a fragmented machine may refuse)."""
   return _kb_field(f"/proc/{pid}/smaps_rollup", "AnonHugePages")
+
+
+def minor_faults() -> int:
+  """Page faults this process has taken without reading from disk: mostly
+  first touches of pages the kernel had to hand out (and zero) again."""
+  import resource  # pylint: disable=g-import-not-at-top
+  return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 def available() -> Optional[int]:

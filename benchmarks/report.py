@@ -15,8 +15,8 @@ def _gib(n) -> str:
 def runs_table(run) -> List[str]:
   runs = run["runs"]
   lines = ["| optimizer | rows/table | stack | median step (ms) | examples/s "
-           "| peak RSS (GiB) | tfemb/peer step time |",
-           "|---|---|---|---:|---:|---:|---:|"]
+           "| peak RSS (GiB) | tfemb/peer step time | page faults per step |",
+           "|---|---|---|---:|---:|---:|---:|---:|"]
   order = {s.name: i for i, s in enumerate(STACKS)}
   opts = {o: i for i, o in enumerate(("sgd", "adagrad", "adam"))}
   for r in sorted(runs, key=lambda r: (opts[r["optimizer"]], r["vocab"],
@@ -26,7 +26,9 @@ def runs_table(run) -> List[str]:
     else:
       cells = [f"{r['status']}: {r['detail']}", "-"]
     ratio = analysis.ratio(runs, r)
-    cells += [_gib(r.get("peak_rss")), f"{ratio:.3g}" if ratio else "-"]
+    faults = r.get("page_faults_per_step")
+    cells += [_gib(r.get("peak_rss")), f"{ratio:.3g}" if ratio else "-",
+              "-" if faults is None else f"{faults:.0f}"]
     lines.append(f"| {r['optimizer']} | {format_size(r['vocab'])} | "
                  f"{BY_NAME[r['stack']].label} | " + " | ".join(cells) + " |")
   return lines

@@ -65,3 +65,6 @@ def test_flatness_child_times_both_sizes(tmp_path):
   assert abs(r["ratio"] - r["large_ms"] / r["small_ms"]) < 1e-9
   assert r["block_ratio_p10"] <= r["block_ratio_median"] <= r[
       "block_ratio_p90"]
+  faults = r["page_faults_per_step"]
+  assert set(faults) == {"small", "large"}
+  assert all(f >= 0 for f in faults.values())

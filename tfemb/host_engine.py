@@ -28,6 +28,7 @@ from absl import logging
 import tensorflow as tf
 from tensorflow.python.trackable import data_structures
 
+from tfemb import heap
 from tfemb import inputs
 from tfemb import replicas
 from tfemb import sparse_update
@@ -192,6 +193,8 @@ class HostEmbedding(table_variables.TableVariables):
     # under MirroredStrategy), whenever the first enqueue happens.
     with tf.init_scope(), self._strategy.scope(), self._partitioning():
       self._variables = self._create_variables_and_slots()
+    # A step's buffers, freed, stay in the process at any table size.
+    heap.keep_freed_buffers()
     self._built = True
 
   @staticmethod
