@@ -7,10 +7,12 @@ and serves requests of `M_MMAP_THRESHOLD` or more with a fresh `mmap`; a
 page it gave back costs a page fault (about 2 microseconds here, zeroing
 included) the next time it is used. glibc raises both thresholds by itself
 when a large block is freed, but only for blocks up to 32 MiB: with tables
-of a few MB their initial values do that; with tables of 5M rows (640 MB
-and up) nothing does, the thresholds stay near the step's buffer size and
-a step takes 180-230 page faults, 0.4-0.5 ms, that it does not take at 100k
-rows (benchmarks/README.md, "Page faults at 5M rows").
+of a few MB, freeing a table-sized block (an initial value) does that; with
+tables of 5M rows (640 MB and up) nothing does, the thresholds stay near
+the step's buffer size and
+a step takes up to 580 page faults (0-580, depending on the process; up
+to 0.9 ms) that it does not take at 100k rows (benchmarks/README.md, "Page
+faults at 5M rows").
 
 `keep_freed_buffers()` sets the thresholds glibc's own rule reaches after
 freeing a 32 MiB block (mmap above 32 MiB, trim above 64 MiB), so the step
