@@ -26,7 +26,6 @@ import numpy as np
 from benchmarks import runner
 from benchmarks import workload as workload_lib
 
-M_TRIM_THRESHOLD = -1
 TRIMS = {"64 MiB": 64 << 20, "1 MiB": 1 << 20}
 
 
@@ -55,8 +54,13 @@ def cost_per_fault(args) -> dict:
   from benchmarks import procmem  # pylint: disable=g-import-not-at-top
   from benchmarks import timing  # pylint: disable=g-import-not-at-top
   from benchmarks.stacks import BY_NAME  # pylint: disable=g-import-not-at-top
+  from tfemb import heap  # pylint: disable=g-import-not-at-top
 
   libc = ctypes.CDLL(None)
+  # tfemb's mmap threshold whatever the environment says: a trim threshold
+  # set alone would also fix the mmap threshold at glibc's initial 128 KiB.
+  if libc.mallopt(heap.M_MMAP_THRESHOLD, heap.MMAP_THRESHOLD) != 1:
+    raise SystemExit("mallopt refused the mmap threshold (not glibc?)")
   work = workload_lib.Workload(vocab=args.vocab, optimizer=args.optimizer)
   step, tensors, per_call = child.build(BY_NAME["tfemb"], work)
   timing.time_steps(step, tensors, 10)
@@ -65,7 +69,7 @@ def cost_per_fault(args) -> dict:
   cursor = 10
   for b in range(args.blocks):
     for k in (list(TRIMS) if b % 2 == 0 else list(TRIMS)[::-1]):
-      if libc.mallopt(M_TRIM_THRESHOLD, TRIMS[k]) != 1:
+      if libc.mallopt(heap.M_TRIM_THRESHOLD, TRIMS[k]) != 1:
         raise SystemExit("mallopt refused the trim threshold (not glibc?)")
       timing.time_steps(step, tensors, 2, start=cursor)  # settles
       before = procmem.minor_faults()
