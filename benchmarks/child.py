@@ -64,11 +64,11 @@ def run(args) -> dict:
   first = timing.time_steps(step, tensors, 1)
   setup_s = time.perf_counter() - began
   warm = timing.time_steps(step, tensors, max(args.warmup - 1, 0), start=1)
-  faults = procmem.minor_faults()
+  faults_before = procmem.minor_faults()
   times = timing.time_steps(step, tensors, args.steps, start=args.warmup,
                             max_seconds=args.max_seconds,
                             min_steps=args.min_steps)
-  faults = (procmem.minor_faults() - faults) / len(times) / per_call
+  faults = (procmem.minor_faults() - faults_before) / len(times) / per_call
   result = timing.summary([t / per_call for t in times])
   result.update(
       stack=stack.name, optimizer=work.optimizer, vocab=work.vocab,

@@ -160,14 +160,11 @@ def _parent(args):
     medians = {k: [] for k in LAYOUTS}
     for r in range(args.rounds):
       for layout in (LAYOUTS if r % 2 == 0 else LAYOUTS[::-1]):
-        outcome = runner.run("benchmarks.layout", [
+        result = runner.result("benchmarks.layout", [
             "--layout", layout, "--sizes", str(size), "--optimizer",
             args.optimizer, "--calls", str(args.calls), "--order",
-            args.order])
-        if outcome.result is None:
-          raise SystemExit(f"{layout} at {size}: {outcome.status}: "
-                           f"{outcome.detail}")
-        medians[layout].append(outcome.result["median_ms"])
+            args.order], f"{layout} at {size}")
+        medians[layout].append(result["median_ms"])
     ratio = np.median(medians["interleaved"]) / np.median(medians["separate"])
     cells = [" / ".join(f"{m:.2f}" for m in medians[k]) for k in LAYOUTS]
     print(f"| {size:,} | {cells[0]} | {cells[1]} | {ratio:.2f} |", flush=True)

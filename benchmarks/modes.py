@@ -86,12 +86,9 @@ def main(argv=None):
         "(p10-p90) per fresh process")
   print("process | tfemb Keras step | head alone")
   for i in range(args.processes):
-    outcome = runner.run("benchmarks.modes", [
+    r = runner.result("benchmarks.modes", [
         "--optimizer", args.optimizer, "--vocab", str(args.vocab),
-        "--steps", str(args.steps)])
-    if outcome.result is None:
-      raise SystemExit(f"process {i + 1}: {outcome.status}: {outcome.detail}")
-    r = outcome.result
+        "--steps", str(args.steps)], f"process {i + 1}")
     cells = [f"{r[k]['median_ms']:.2f} ({r[k]['p10_ms']:.2f}-"
              f"{r[k]['p90_ms']:.2f})" for k in ("tfemb", "head")]
     print(f"{i + 1} | " + " | ".join(cells), flush=True)

@@ -18,7 +18,6 @@ Two measurements of the suite's tfemb Keras step (`benchmarks.child`):
 """
 
 import argparse
-import ctypes
 import json
 
 import numpy as np
@@ -56,11 +55,13 @@ def cost_per_fault(args) -> dict:
   from benchmarks.stacks import BY_NAME  # pylint: disable=g-import-not-at-top
   from tfemb import heap  # pylint: disable=g-import-not-at-top
 
-  libc = ctypes.CDLL(None)
+  libc = heap.glibc()
+  if libc is None:
+    raise SystemExit("the cost measurement needs glibc's malloc")
   # tfemb's mmap threshold whatever the environment says: a trim threshold
   # set alone would also fix the mmap threshold at glibc's initial 128 KiB.
   if libc.mallopt(heap.M_MMAP_THRESHOLD, heap.MMAP_THRESHOLD) != 1:
-    raise SystemExit("mallopt refused the mmap threshold (not glibc?)")
+    raise SystemExit("mallopt refused the mmap threshold")
   work = workload_lib.Workload(vocab=args.vocab, optimizer=args.optimizer)
   step, tensors, per_call = child.build(BY_NAME["tfemb"], work)
   timing.time_steps(step, tensors, 10)
@@ -70,7 +71,7 @@ def cost_per_fault(args) -> dict:
   for b in range(args.blocks):
     for k in (list(TRIMS) if b % 2 == 0 else list(TRIMS)[::-1]):
       if libc.mallopt(heap.M_TRIM_THRESHOLD, TRIMS[k]) != 1:
-        raise SystemExit("mallopt refused the trim threshold (not glibc?)")
+        raise SystemExit("mallopt refused the trim threshold")
       timing.time_steps(step, tensors, 2, start=cursor)  # settles
       before = procmem.minor_faults()
       t = timing.time_steps(step, tensors, args.block_steps, start=cursor + 2)
@@ -87,16 +88,6 @@ def cost_per_fault(args) -> dict:
   return out
 
 
-def _child(setting, args):
-  env = {"TFEMB_MALLOC_TUNING": "1" if setting == "tfemb" else "0"}
-  outcome = runner.run("benchmarks.child", [
-      "--stack", "tfemb", "--optimizer", args.optimizer, "--vocab",
-      str(args.vocab), "--steps", str(args.steps)], env=env)
-  if outcome.result is None:
-    raise SystemExit(f"{setting}: {outcome.status}: {outcome.detail}")
-  return outcome.result
-
-
 def _parent(args):
   print(f"tfemb's Keras step, {args.optimizer}, {args.vocab:,} rows per "
         f"table: each process's median / p10 ms and minor page faults per "
@@ -106,18 +97,18 @@ def _parent(args):
   results = {"processes": []}
   for r in range(args.rounds):
     for setting in (("glibc", "tfemb") if r % 2 == 0 else ("tfemb", "glibc")):
-      res = _child(setting, args)
+      res = runner.result("benchmarks.child", [
+          "--stack", "tfemb", "--optimizer", args.optimizer, "--vocab",
+          str(args.vocab), "--steps", str(args.steps)], setting,
+          env={"TFEMB_MALLOC_TUNING": "1" if setting == "tfemb" else "0"})
       results["processes"].append(dict(setting=setting, **{
           k: res[k] for k in ("median_ms", "p10_ms", "page_faults_per_step")}))
       print(f"| {setting} | {res['median_ms']:.2f} | {res['p10_ms']:.2f} | "
             f"{res['page_faults_per_step']:.0f} |", flush=True)
-  outcome = runner.run("benchmarks.page_faults", [
+  cost = results["cost"] = runner.result("benchmarks.page_faults", [
       "--cost-child", "--optimizer", args.optimizer, "--vocab",
       str(args.vocab), "--blocks", str(args.blocks), "--block-steps",
-      str(args.block_steps)])
-  if outcome.result is None:
-    raise SystemExit(f"cost: {outcome.status}: {outcome.detail}")
-  cost = results["cost"] = outcome.result
+      str(args.block_steps)], "cost")
   print("\nOne process, trim threshold alternating per block of steps:\n")
   for k in TRIMS:
     c = cost[f"trim {k}"]

@@ -1,6 +1,7 @@
 """Memory figures from /proc (Linux): a process's RSS and peak, and what
 the machine still has available. Values in bytes; page faults in pages."""
 
+import resource
 from typing import Optional
 
 
@@ -33,7 +34,6 @@ def huge_pages(pid="self") -> Optional[int]:
 def minor_faults() -> int:
   """Page faults this process has taken without reading from disk: mostly
   first touches of pages the kernel had to hand out (and zero) again."""
-  import resource  # pylint: disable=g-import-not-at-top
   return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 

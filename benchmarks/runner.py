@@ -94,6 +94,15 @@ def run(module: str, args: List[str], python: Optional[str] = None,
   return Outcome(None, *_diagnose(code, log_path), peak, wall)
 
 
+def result(module: str, args: List[str], what: str,
+           env: Optional[dict] = None) -> dict:
+  """`run`'s result, or SystemExit naming `what` and why the child failed."""
+  outcome = run(module, args, env=env)
+  if outcome.result is None:
+    raise SystemExit(f"{what}: {outcome.status}: {outcome.detail}")
+  return outcome.result
+
+
 def _diagnose(code: int, log_path: Optional[str]):
   tail = ""
   if log_path and os.path.exists(log_path):

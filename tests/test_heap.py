@@ -30,14 +30,21 @@ class FakeLibc:
 
 
 @pytest.fixture
-def fresh(monkeypatch):
-  """heap as in a new process, with a stand-in glibc and no user setting."""
-  monkeypatch.setattr(heap, "_done", [])
+def clean(monkeypatch):
+  """heap as in a new process, with no user setting."""
+  heap.keep_freed_buffers.cache_clear()
   for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
                "GLIBC_TUNABLES", "TFEMB_MALLOC_TUNING"):
     monkeypatch.delenv(name, raising=False)
+  yield
+  heap.keep_freed_buffers.cache_clear()
+
+
+@pytest.fixture
+def fresh(clean, monkeypatch):  # pylint: disable=redefined-outer-name,unused-argument
+  """... and a stand-in glibc."""
   libc = FakeLibc()
-  monkeypatch.setattr(heap, "_glibc", lambda: libc)
+  monkeypatch.setattr(heap, "glibc", lambda: libc)
   return libc
 
 
@@ -79,12 +86,7 @@ def test_a_refused_mmap_threshold_sets_nothing_else(fresh):
   assert fresh.calls == [(-3, 32 * MiB)]
 
 
-def test_not_glibc(monkeypatch):
-  monkeypatch.setattr(heap, "_done", [])
-  monkeypatch.delenv("TFEMB_MALLOC_TUNING", raising=False)
-  for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
-               "GLIBC_TUNABLES"):
-    monkeypatch.delenv(name, raising=False)
+def test_not_glibc(clean, monkeypatch):  # pylint: disable=redefined-outer-name,unused-argument
   monkeypatch.setattr(sys, "platform", "darwin")
   assert heap.keep_freed_buffers() == "not glibc"
 
@@ -128,7 +130,6 @@ def _faults_per_step(mode):
   return float(done.stdout.split()[-1])
 
 
-@pytest.mark.skipif(heap._glibc() is None, reason="needs glibc")  # pylint: disable=protected-access
 def test_freed_buffers_are_reused_without_page_faults():
   pages = 8 * (512 << 10) // 4096
   assert _faults_per_step("default") > pages / 2

@@ -31,17 +31,14 @@ peak RSS at 5M rows unchanged).
 """
 
 import ctypes
+import functools
 import os
 import sys
-import threading
 
 M_TRIM_THRESHOLD = -1  # glibc's <malloc.h>
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 32 << 20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64 bits
 TRIM_THRESHOLD = 2 * MMAP_THRESHOLD  # as glibc's dynamic rule sets it
-
-_lock = threading.Lock()
-_done = []  # [outcome] once decided for this process
 
 
 def _user_setting() -> str:
@@ -59,39 +56,35 @@ def _user_setting() -> str:
   return ""
 
 
-def _glibc():
-  """The process's C library if it is glibc, else None."""
+def glibc():
+  """The process's C library if it is glibc (`mallopt` typed), else None."""
   if not sys.platform.startswith("linux"):
     return None
   try:
     libc = ctypes.CDLL(None)
-    version = libc.gnu_get_libc_version  # only glibc has it
-    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    libc.mallopt.restype = ctypes.c_int
-  except (OSError, AttributeError):
+  except OSError:
     return None
-  version.restype = ctypes.c_char_p
+  if not hasattr(libc, "gnu_get_libc_version"):  # only glibc has it
+    return None
+  libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+  libc.mallopt.restype = ctypes.c_int
   return libc
 
 
+@functools.lru_cache(maxsize=None)
 def keep_freed_buffers() -> str:
   """Sets glibc's mmap and trim thresholds once per process (see above).
 
   Returns what was done: "set", or why not ("not glibc", the name of the
   user's own setting, or "refused" if glibc refused a value).
   """
-  with _lock:
-    if _done:
-      return _done[0]
-    outcome = _user_setting()
-    if not outcome:
-      libc = _glibc()
-      if libc is None:
-        outcome = "not glibc"
-      elif (libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and
-            libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1):
-        outcome = "set"
-      else:
-        outcome = "refused"
-    _done.append(outcome)
+  outcome = _user_setting()
+  if outcome:
     return outcome
+  libc = glibc()
+  if libc is None:
+    return "not glibc"
+  if (libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and
+      libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1):
+    return "set"
+  return "refused"

@@ -57,7 +57,6 @@ void Adam(const float* g, float* w, float* m, float* v) {
   AdamRow(g, w, m, v, kDim);
 }
 
-
 double Median(std::vector<double> x) {
   std::sort(x.begin(), x.end());
   return x[x.size() / 2];
