@@ -44,6 +44,7 @@ def flatness(runs, optimizer, stack="tfemb") -> Optional[dict]:
   if len(rows) < 2:
     return None
   return {"small": rows[0]["vocab"], "large": rows[-1]["vocab"],
+          "small_ms": rows[0]["median_ms"], "large_ms": rows[-1]["median_ms"],
           "ratio": rows[-1]["median_ms"] / rows[0]["median_ms"]}
 
 
@@ -106,6 +107,14 @@ def traffic_bound(runs, bandwidth, optimizer, vocab) -> Optional[dict]:
   return out
 
 
+def floor(run, optimizer) -> Optional[Dict[int, float]]:
+  """The rows alone in C++ (benchmarks/floor.py): {rows per table: ms}."""
+  for row in (run.get("floor") or {}).get("floors", []):
+    if row["optimizer"] == optimizer and row["status"] == "ok":
+      return {int(size): ms for size, ms in row["ms"].items()}
+  return None
+
+
 def targets(run) -> List[Tuple[str, str, Optional[bool]]]:
   """Issue 6 items 2-3: (target, what was measured, met or None)."""
   runs, out = run["runs"], []
@@ -126,6 +135,12 @@ def targets(run) -> List[Tuple[str, str, Optional[bool]]]:
     else:
       measured = "not measured"
     judged = paired or f
+    rows_alone = floor(run, opt)
+    if judged and rows_alone and {judged["small"], judged["large"]} <= set(
+        rows_alone):
+      grow = rows_alone[judged["large"]] - rows_alone[judged["small"]]
+      measured += (f"; the rows alone in C++ grow by {grow:+.2f} ms, 1.3x "
+                   f"allows {0.3 * judged['small_ms']:+.2f} ms")
     met = judged["ratio"] <= 1.3 if judged else None
     out.append((f"{opt}: tfemb step time flat in the vocabulary (<= 1.3x)",
                 measured, met))
@@ -146,6 +161,7 @@ def targets(run) -> List[Tuple[str, str, Optional[bool]]]:
                   f"{speedup:.1f}x" if speedup else f"Keras 3: "
                   f"{keras['status']}", speedup >= 10 if speedup else True))
   for opt in optimizers:
+    rows_alone = floor(run, opt) or {}
     for size in sizes:
       mine, peer = table.get(("tfemb", opt, size)), fastest_peer(runs, opt,
                                                                 size)
@@ -166,6 +182,9 @@ def targets(run) -> List[Tuple[str, str, Optional[bool]]]:
                         f"({b['random_gbps']:.1f} GB/s): "
                         f"{b['random_bound_ms']:.3f} ms, "
                         f"{b['random_ratio']:.1f}x" if "random_ratio" in b
-                        else ""),
+                        else "") + (
+                        f"; the rows alone in C++: {rows_alone[size]:.3f} "
+                        f"ms, {rows_alone[size] / b['bound_ms']:.1f}x"
+                        if size in rows_alone else ""),
                     b["ratio"] <= 3))
   return out

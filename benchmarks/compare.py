@@ -10,7 +10,8 @@ Workload (issue 6): 8 features, each with its own table of dim 32, batch
 Adagrad and Adam. Runs are sequential (never two at once): first the
 machine's copy bandwidth, then per size, optimizer and stack one child
 process, then per optimizer one child that times tfemb at the smallest and
-the largest size side by side (flatness.py). Writes results.json,
+the largest size side by side (flatness.py), then the same sizes' rows
+alone in C++ (floor.py), the floor memory sets. Writes results.json,
 results.md and step_time.png to --out and prints the markdown report.
 """
 
@@ -62,6 +63,8 @@ def parse_args(argv=None):
                  help="rewrite the report from --out/results.json")
   p.add_argument("--profile", action="store_true",
                  help="profile a few tfemb steps instead (see profile.py)")
+  p.add_argument("--no-floor", action="store_true",
+                 help="skip the rows alone in C++ (benchmarks/floor.py)")
   p.add_argument("--paired-blocks", type=int, default=24,
                  help="blocks per size of the paired flatness runs "
                  "(flatness.py; 0 skips them)")
@@ -141,6 +144,8 @@ def run_suite(args, run, save):
         save()
         print(_progress(row), flush=True)
   run_paired(args, run, save, limits, stacks, failed)
+  if not args.no_floor:
+    run_floor(args, run, save, limits)
 
 
 def run_paired(args, run, save, limits, stacks, failed):
@@ -174,6 +179,24 @@ def run_paired(args, run, save, limits, stacks, failed):
           f"{row['small_ms']:.2f} -> {row['large_ms']:.2f} ms: "
           f"{row['ratio']:.2f}x" if row["status"] == "ok" else
           f"{row['status']}: {row['detail']}"), flush=True)
+
+
+def run_floor(args, run, save, limits):
+  """The rows alone in C++ at the smallest and the largest size
+  (benchmarks/floor.py), beside the targets memory decides."""
+  sizes = sorted(parse_size(s) for s in args.sizes.split(","))
+  out = runner.run(
+      "benchmarks.floor", ["--optimizers", args.optimizers,
+                           "--small", str(sizes[0]), "--large", str(sizes[-1])],
+      limits=limits, log_path=os.path.join(args.out, "logs", "floor.log"))
+  run["floor"] = out.result or {"status": out.status, "detail": out.detail}
+  save()
+  for row in (out.result or {}).get("floors", []):
+    print(f"floor    {row['optimizer']:8s} " + (
+        " / ".join(f"{ms:.3f}" for ms in row["ms"].values()) + " ms"
+        if row["status"] == "ok" else row["detail"]), flush=True)
+  if not out.result:
+    print(f"floor: {out.status}: {out.detail}", flush=True)
 
 
 def _progress(row) -> str:

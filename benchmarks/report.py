@@ -66,22 +66,52 @@ def flatness_table(run) -> List[str]:
   if not rows:
     return []
   lines = ["| optimizer | stack | rows/table | median step (ms) | ratio "
-           "| per-block ratio p10 / median / p90 | separate processes |",
-           "|---|---|---|---|---:|---|---:|"]
+           "| per-block ratio p10 / median / p90 | separate processes "
+           "| growth 1.3x allows | the rows alone in C++ (ms) |",
+           "|---|---|---|---|---:|---|---:|---:|---|"]
   for r in rows:
     sizes = f"{format_size(r['large'])} / {format_size(r['small'])}"
     separate = analysis.flatness(run["runs"], r["optimizer"], r["stack"])
     sep = f"{separate['ratio']:.2f}x" if separate else "-"
+    floor = analysis.floor(run, r["optimizer"]) or {}
+    rows_alone = (f"{floor[r['large']]:.2f} / {floor[r['small']]:.2f} "
+                  f"({floor[r['large']] - floor[r['small']]:+.2f})"
+                  if {r["small"], r["large"]} <= set(floor) else "-")
     if r["status"] != "ok":
       lines.append(f"| {r['optimizer']} | {BY_NAME[r['stack']].label} | "
-                   f"{sizes} | {r['status']}: {r['detail']} | - | - | {sep} |")
+                   f"{sizes} | {r['status']}: {r['detail']} | - | - | {sep} "
+                   f"| - | {rows_alone} |")
       continue
     lines.append(
         f"| {r['optimizer']} | {BY_NAME[r['stack']].label} | {sizes} | "
         f"{r['large_ms']:.2f} / {r['small_ms']:.2f} | {r['ratio']:.2f}x | "
         f"{r['block_ratio_p10']:.2f} / {r['block_ratio_median']:.2f} / "
         f"{r['block_ratio_p90']:.2f} ({r['blocks']} blocks of "
-        f"{r['block_steps']} steps) | {sep} |")
+        f"{r['block_steps']} steps) | {sep} | {0.3 * r['small_ms']:+.2f} | "
+        f"{rows_alone} |")
+  return lines
+
+
+def floor_lines(run) -> List[str]:
+  """How the C++ floor (benchmarks/floor.py) was measured, or why not."""
+  floor = run.get("floor")
+  if not floor:
+    return []
+  if floor.get("status", "ok") != "ok":
+    return [f"The rows alone in C++ (benchmarks/floor.py): not measured, "
+            f"{floor['status']}: {floor.get('detail', '')}"]
+  lines = ["The rows alone in C++ (benchmarks/floor.py): each step's distinct "
+           "rows of the 8 tables looked up, then updated by the rule with "
+           "the slots beside the parameters, on both cores, both sizes side "
+           "by side in one process; no deduplication, activations per id or "
+           "gradient sums, no TensorFlow. Median ms per step:", ""]
+  for row in floor["floors"]:
+    if row["status"] == "ok":
+      cells = ", ".join(f"{format_size(int(s))} {ms:.3f}"
+                        for s, ms in row["ms"].items())
+    else:
+      cells = f"{row['status']}: {row.get('detail', '')}"
+    lines.append(f"- {row['optimizer']}: {cells}")
   return lines
 
 
@@ -111,6 +141,8 @@ def markdown(run) -> str:
   if paired:
     out += ["", "### Flatness, both sizes side by side in one process", ""]
     out += paired
+  if floor_lines(run):
+    out += [""] + floor_lines(run)
   out += ["", "### Targets", ""] + targets_table(run)
   return "\n".join(out) + "\n"
 

@@ -1,7 +1,7 @@
 // How fast this machine updates random rows, outside TensorFlow: the floor
 // under tfemb's update kernel at large vocabularies (benchmarks/README.md).
 //
-//   g++ -O3 -march=native benchmarks/native/row_update.cc -o /tmp/row_update
+//   g++ -O3 -march=native -fno-math-errno benchmarks/native/row_update.cc -o /tmp/row_update
 //   /tmp/row_update 100000 && /tmp/row_update 5000000
 //   /tmp/row_update 5000000 sorted      # the ids of each step in row order
 //   /tmp/row_update 5000000 span=100000 # ids drawn from the first 100k rows
