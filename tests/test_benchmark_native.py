@@ -22,6 +22,11 @@ RUNS = {
     "step_order": (["10000", "lookups-first", "2", "adam"],
                    r"adam, 10000 rows x 8 tables, lookups-first, 2 threads: "
                    r"\d+\.\d+ ms per step"),
+    "step_algorithm": (["1000,3000", "adam"],
+                       r"adam, 1000 rows x 8 tables, tfemb's algorithm: "
+                       r"\d+\.\d+ ms per step\n"
+                       r"adam, 3000 rows x 8 tables, tfemb's algorithm: "
+                       r"\d+\.\d+ ms per step"),
     # Two sizes side by side in one process, one line each.
     "step_order:sizes": (["1000,3000", "per-table", "1", "adagrad"],
                          r"adagrad, 1000 rows x 8 tables, per-table, 1 thread: "

@@ -23,11 +23,9 @@
 // activations, the update applies the rule to the row, each 12 rows ahead
 // prefetched. Prints, per size, the median ms per step of 30 rounds of 10
 // steps (after 3 rounds of warm-up).
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 
@@ -85,20 +83,13 @@ int main(int argc, char** argv) {
             "sgd|adagrad|adam\n", argv[0]);
     return 2;
   }
-  std::vector<long> sizes;
-  {
-    std::stringstream list(argv[1]);
-    for (std::string item; std::getline(list, item, ',');) {
-      sizes.push_back(atol(item.c_str()));
-    }
-  }
+  const std::vector<long> sizes = ParseSizes(argv[1]);
   const std::string order = argv[2], rule = argv[4];
   const int threads = atoi(argv[3]);
   if ((order != "per-table" && order != "lookups-first") ||
       (threads != 1 && threads != 2) ||
       (rule != "sgd" && rule != "adagrad" && rule != "adam") ||
-      sizes.empty() ||
-      std::any_of(sizes.begin(), sizes.end(), [](long n) { return n <= 0; })) {
+      sizes.empty()) {
     fprintf(stderr, "bad arguments\n");
     return 2;
   }
@@ -146,15 +137,9 @@ int main(int argc, char** argv) {
     for (int t = begin; t < end; ++t) lookup(s, step, t);
     for (int t = begin; t < end; ++t) update(s, step, t);
   };
-  std::vector<std::vector<double>> ms(setups.size());
-  std::vector<int> steps(setups.size(), 0);
-  for (int round = 0; round < 33; ++round) {
-    for (size_t k = 0; k < setups.size(); ++k) {
-      const size_t i = round % 2 ? setups.size() - 1 - k : k;
-      const Setup& s = *setups[i];
-      const auto start = std::chrono::steady_clock::now();
-      for (int j = 0; j < 10; ++j, ++steps[i]) {
-        const int step = steps[i];
+  const std::vector<double> ms =
+      SideBySide(setups.size(), [&](size_t i, int step) {
+        const Setup& s = *setups[i];
         if (threads == 1) {
           tables_of_step(s, step, 0, kTables);
         } else {
@@ -162,16 +147,9 @@ int main(int argc, char** argv) {
           tables_of_step(s, step, kTables / 2, kTables);
           other.join();
         }
-      }
-      if (round < 3) continue;  // warm-up: the pages and the caches
-      ms[i].push_back(std::chrono::duration<double, std::milli>(
-                          std::chrono::steady_clock::now() - start).count() /
-                      10);
-    }
-  }
+      });
   for (size_t i = 0; i < setups.size(); ++i) {
-    std::sort(ms[i].begin(), ms[i].end());
-    const double median = ms[i][ms[i].size() / 2];
+    const double median = ms[i];
     const size_t distinct = setups[i]->distinct();
     printf("%s, %ld rows x %d tables, %s, %d thread%s: %.3f ms per step "
            "(%zu distinct rows, %.0f ns each)\n", rule.c_str(), sizes[i],

@@ -8,11 +8,15 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
+#include <sstream>
+#include <string>
 #include <unordered_set>
 #include <vector>
 
@@ -62,6 +66,45 @@ inline void AdamRow(const float* __restrict g, float* __restrict w,
     v[d] = vv;
     w[d] -= 0.001f * (mm / (std::sqrt(vv) + 1e-7f));
   }
+}
+
+// "100000,5000000" -> {100000, 5000000}; empty if any size is not positive.
+inline std::vector<long> ParseSizes(const char* text) {
+  std::vector<long> sizes;
+  std::stringstream list(text);
+  for (std::string item; std::getline(list, item, ',');) {
+    const long n = atol(item.c_str());
+    if (n <= 0) return {};
+    sizes.push_back(n);
+  }
+  return sizes;
+}
+
+// Median ms per step of each of `n` sizes, timed side by side: 33 rounds
+// (the first 3 warm-up: pages and caches), each running 10 steps of every
+// size in turn, the order reversed every other round (as
+// benchmarks/flatness.py does). `step(i, k)` runs step k of size i.
+inline std::vector<double> SideBySide(
+    size_t n, const std::function<void(size_t, int)>& step) {
+  std::vector<std::vector<double>> ms(n);
+  std::vector<int> done(n, 0);
+  for (int round = 0; round < 33; ++round) {
+    for (size_t k = 0; k < n; ++k) {
+      const size_t i = round % 2 ? n - 1 - k : k;
+      const auto start = std::chrono::steady_clock::now();
+      for (int j = 0; j < 10; ++j) step(i, done[i]++);
+      if (round < 3) continue;
+      ms[i].push_back(std::chrono::duration<double, std::milli>(
+                          std::chrono::steady_clock::now() - start).count() /
+                      10);
+    }
+  }
+  std::vector<double> medians;
+  for (auto& m : ms) {
+    std::sort(m.begin(), m.end());
+    medians.push_back(m[m.size() / 2]);
+  }
+  return medians;
 }
 
 #endif  // TFEMB_BENCHMARKS_NATIVE_SUITE_H_
