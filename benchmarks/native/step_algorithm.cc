@@ -12,7 +12,8 @@
 // prefetched), then every id's activation copied from it; as
 // TfembRowGradients and TfembApplyRows: every id's gradient summed per
 // distinct row, then the rule applied to each distinct row (parameters and
-// slots side by side). 8 tables on 2 threads (4 each), every table looked
+// slots side by side). Like the suite's batches, each batch and table has
+// its own gradients. 8 tables on 2 threads (4 each), every table looked
 // up before any is updated, as in training; several sizes (comma
 // separated) timed side by side in one process, as step_order.cc does.
 // Prints the median ms per step of each size.
@@ -159,13 +160,20 @@ int main(int argc, char** argv) {
   const int width = (rule == "sgd" ? 1 : rule == "adagrad" ? 2 : 3) * kDim;
   std::vector<std::unique_ptr<Setup>> setups;
   for (long vocab : sizes) setups.push_back(std::make_unique<Setup>(vocab, width));
-  const std::vector<float> grads(kBatch * kDim, 1e-3f);
+  // One gradient per id, batch and table (32 MiB), cycled with the batches
+  // as the suite's embedding-only step cycles its stand-in gradients: the
+  // sums read them from memory, not from a cache that holds one batch.
+  std::vector<std::vector<float>> grads(kBatches * kTables);
+  for (size_t b = 0; b < grads.size(); ++b) {
+    grads[b].assign(kBatch * kDim, 1e-3f * (1 + b % 7));
+  }
   std::vector<TableStep> steps(kTables);
   auto tables = [&](const Setup& s, int step, int begin, int end) {
+    const int batch = (step % kBatches) * kTables;
     for (int t = begin; t < end; ++t) {
-      Lookup(s, s.ids[(step % kBatches) * kTables + t], t, steps[t]);
+      Lookup(s, s.ids[batch + t], t, steps[t]);
     }
-    for (int t = begin; t < end; ++t) Update(s, grads, t, steps[t]);
+    for (int t = begin; t < end; ++t) Update(s, grads[batch + t], t, steps[t]);
   };
   const std::vector<double> ms =
       SideBySide(setups.size(), [&](size_t i, int step) {
