@@ -75,7 +75,8 @@ def parse(stdout: str) -> Dict[int, dict]:
 
 def measure(binary: str, optimizer: str, sizes: List[int],
             timeout: float) -> dict:
-  """One optimizer at `sizes`, side by side: {"ms": {size: ms}, ...}."""
+  """One optimizer at `sizes` (ascending), side by side:
+  {"ms": {size: ms}, ...}."""
   need = sum(workload_lib.Workload(vocab=v, optimizer=optimizer)
              .table_and_slot_bytes() for v in sizes)
   free = procmem.available()
@@ -88,7 +89,7 @@ def measure(binary: str, optimizer: str, sizes: List[int],
        optimizer], capture_output=True, text=True, timeout=timeout,
       check=True)
   by_size = parse(done.stdout)
-  if sorted(by_size) != sorted(sizes):
+  if sorted(by_size) != sizes:
     raise RuntimeError(f"unexpected output from step_order: {done.stdout!r}")
   return {"optimizer": optimizer, "status": "ok",
           "ms": {str(v): by_size[v]["ms"] for v in sizes},

@@ -141,8 +141,9 @@ def markdown(run) -> str:
   if paired:
     out += ["", "### Flatness, both sizes side by side in one process", ""]
     out += paired
-  if floor_lines(run):
-    out += [""] + floor_lines(run)
+  floor = floor_lines(run)
+  if floor:
+    out += [""] + floor
   out += ["", "### Targets", ""] + targets_table(run)
   return "\n".join(out) + "\n"
 

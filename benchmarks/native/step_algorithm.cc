@@ -90,10 +90,6 @@ struct TableStep {
   std::vector<float> sums = std::vector<float>(kBatch * kDim);
 };
 
-void Prefetch(const float* p, int lines) {
-  for (int i = 0; i < lines; ++i) __builtin_prefetch(p + 16 * i);
-}
-
 void Lookup(const Setup& s, const std::vector<int64_t>& ids, int t,
             TableStep& step) {
   step.dedup.Clear();
@@ -103,7 +99,7 @@ void Lookup(const Setup& s, const std::vector<int64_t>& ids, int t,
   const float* table = s.tables[t];
   float* compact = step.compact.data();
   for (int r = 0; r < n; ++r) {
-    if (r + kAhead < n) Prefetch(table + unique[r + kAhead] * s.width, 2);
+    if (r + kAhead < n) PrefetchLines(table + unique[r + kAhead] * s.width, 2);
     memcpy(compact + r * kDim, table + unique[r] * s.width,
            kDim * sizeof(float));
   }
@@ -126,20 +122,10 @@ void Update(const Setup& s, const std::vector<float>& grads, int t,
   }
   float* table = s.tables[t];
   for (int r = 0; r < n; ++r) {
-    if (r + kAhead < n) Prefetch(table + unique[r + kAhead] * s.width, s.width / 16);
-    float* w = table + unique[r] * s.width;
-    const float* g = sums + r * kDim;
-    if (s.width == kDim) {
-      for (int d = 0; d < kDim; ++d) w[d] -= 0.01f * g[d];
-    } else if (s.width == 2 * kDim) {
-      float* a = w + kDim;
-      for (int d = 0; d < kDim; ++d) {
-        a[d] += g[d] * g[d];
-        w[d] -= 0.01f * g[d] * (1.0f / std::sqrt(a[d]));
-      }
-    } else {
-      AdamRow(g, w, w + kDim, w + 2 * kDim, kDim);
+    if (r + kAhead < n) {
+      PrefetchLines(table + unique[r + kAhead] * s.width, s.width / 16);
     }
+    UpdateRow(sums + r * kDim, table + unique[r] * s.width, s.width, kDim);
   }
 }
 
@@ -152,12 +138,11 @@ int main(int argc, char** argv) {
   }
   const std::vector<long> sizes = ParseSizes(argv[1]);
   const std::string rule = argv[2];
-  if ((rule != "sgd" && rule != "adagrad" && rule != "adam") ||
-      sizes.empty()) {
+  if (RowWidth(rule, kDim) == 0 || sizes.empty()) {
     fprintf(stderr, "bad arguments\n");
     return 2;
   }
-  const int width = (rule == "sgd" ? 1 : rule == "adagrad" ? 2 : 3) * kDim;
+  const int width = RowWidth(rule, kDim);
   std::vector<std::unique_ptr<Setup>> setups;
   for (long vocab : sizes) setups.push_back(std::make_unique<Setup>(vocab, width));
   // One gradient per id, batch and table (32 MiB), cycled with the batches

@@ -35,22 +35,6 @@ namespace {
 
 constexpr int kDim = 32, kTables = 8, kBatches = 8, kAhead = 12;
 
-void Prefetch(const float* p, int lines) {
-  for (int i = 0; i < lines; ++i) __builtin_prefetch(p + 16 * i);
-}
-
-void Sgd(const float* __restrict g, float* __restrict w) {
-  for (int d = 0; d < kDim; ++d) w[d] -= 0.01f * g[d];
-}
-
-void Adagrad(const float* __restrict g, float* __restrict w,
-             float* __restrict a) {
-  for (int d = 0; d < kDim; ++d) {
-    a[d] += g[d] * g[d];
-    w[d] -= 0.01f * g[d] * (1.0f / std::sqrt(a[d]));
-  }
-}
-
 // One size: 8 tables and the distinct rows of the suite's batches.
 struct Setup {
   Setup(long vocab, int width) : vocab(vocab), width(width) {
@@ -88,12 +72,11 @@ int main(int argc, char** argv) {
   const int threads = atoi(argv[3]);
   if ((order != "per-table" && order != "lookups-first") ||
       (threads != 1 && threads != 2) ||
-      (rule != "sgd" && rule != "adagrad" && rule != "adam") ||
-      sizes.empty()) {
+      RowWidth(rule, kDim) == 0 || sizes.empty()) {
     fprintf(stderr, "bad arguments\n");
     return 2;
   }
-  const int width = (rule == "sgd" ? 1 : rule == "adagrad" ? 2 : 3) * kDim;
+  const int width = RowWidth(rule, kDim);
   std::vector<std::unique_ptr<Setup>> setups;
   for (long vocab : sizes) setups.push_back(std::make_unique<Setup>(vocab, width));
   std::vector<float> g(4096 * kDim, 1e-3f);
@@ -103,7 +86,7 @@ int main(int argc, char** argv) {
     const auto& b = s.batch(step, t);
     const int n = int(b.size());
     for (int r = 0; r < n; ++r) {
-      if (r + kAhead < n) Prefetch(s.tables[t] + b[r + kAhead] * width, 2);
+      if (r + kAhead < n) PrefetchLines(s.tables[t] + b[r + kAhead] * width, 2);
       memcpy(out[t].data() + r * kDim, s.tables[t] + b[r] * width,
              kDim * sizeof(float));
     }
@@ -113,17 +96,9 @@ int main(int argc, char** argv) {
     const int n = int(b.size());
     for (int r = 0; r < n; ++r) {
       if (r + kAhead < n) {
-        Prefetch(s.tables[t] + b[r + kAhead] * width, width / 16);
+        PrefetchLines(s.tables[t] + b[r + kAhead] * width, width / 16);
       }
-      float* row = s.tables[t] + b[r] * width;
-      const float* gr = g.data() + r * kDim;
-      if (width == kDim) {
-        Sgd(gr, row);
-      } else if (width == 2 * kDim) {
-        Adagrad(gr, row, row + kDim);
-      } else {
-        AdamRow(gr, row, row + kDim, row + 2 * kDim, kDim);
-      }
+      UpdateRow(g.data() + r * kDim, s.tables[t] + b[r] * width, width, kDim);
     }
   };
   auto tables_of_step = [&](const Setup& s, int step, int begin, int end) {

@@ -68,6 +68,38 @@ inline void AdamRow(const float* __restrict g, float* __restrict w,
   }
 }
 
+// Floats per row of a table whose slots sit beside its parameters
+// (tfemb's default layout): 1, 2 or 3 x dim for "sgd", "adagrad" and
+// "adam"; 0 for any other rule.
+inline int RowWidth(const std::string& rule, int dim) {
+  if (rule == "sgd") return dim;
+  if (rule == "adagrad") return 2 * dim;
+  if (rule == "adam") return 3 * dim;
+  return 0;
+}
+
+// The rule whose RowWidth is `width`, in place on one row [w, slots...]
+// from its gradient g (the benchmarks' constants).
+inline void UpdateRow(const float* __restrict g, float* __restrict w,
+                      int width, int dim) {
+  if (width == dim) {
+    for (int d = 0; d < dim; ++d) w[d] -= 0.01f * g[d];
+  } else if (width == 2 * dim) {
+    float* a = w + dim;
+    for (int d = 0; d < dim; ++d) {
+      a[d] += g[d] * g[d];
+      w[d] -= 0.01f * g[d] * (1.0f / std::sqrt(a[d]));
+    }
+  } else {
+    AdamRow(g, w, w + dim, w + 2 * dim, dim);
+  }
+}
+
+// The first `lines` cache lines (16 floats each) from p, asked for ahead.
+inline void PrefetchLines(const float* p, int lines) {
+  for (int i = 0; i < lines; ++i) __builtin_prefetch(p + 16 * i);
+}
+
 // "100000,5000000" -> {100000, 5000000}; empty if any size is not positive.
 inline std::vector<long> ParseSizes(const char* text) {
   std::vector<long> sizes;
