@@ -1,8 +1,11 @@
 """Checkpoints move between tfemb and TensorFlow's TPUEmbeddingForServing."""
 
+import threading
+
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.checkpoint import async_checkpoint_helper  # pylint: disable=g-direct-tensorflow-import
 
 import helpers
 import tfemb
@@ -129,6 +132,51 @@ def test_restored_tables_keep_training(tmp_path):
   train_a_little(second, steps=2)
   assert_same_values(values_by_name(second._variables),
                      values_by_name(first._variables))
+
+
+@pytest.mark.parametrize("opt", ["sgd", "adagrad", "adam"])
+def test_an_async_save_holds_the_values_of_its_call(opt, tmp_path,
+                                                    monkeypatch):
+  """With `experimental_enable_async_checkpoint`, training goes on while
+  the save is written: the checkpoint must hold the tables and slots as
+  they were when `save` was called, for TensorFlow's class as for tfemb."""
+  # A slow disk: the first save is written only after two more steps.
+  steps_done = threading.Event()
+  write = async_checkpoint_helper.AsyncCheckpointHelper._async_save
+
+  def write_late(helper):
+    steps_done.wait(timeout=120)
+    write(helper)
+
+  monkeypatch.setattr(async_checkpoint_helper.AsyncCheckpointHelper,
+                      "_async_save", write_late)
+  ours = tfemb.TPUEmbedding(feature_config(tfemb), OPTIMIZERS[opt](tfemb))
+  checkpoint = tf.train.Checkpoint(embedding=ours)
+  options = tf.train.CheckpointOptions(
+      experimental_enable_async_checkpoint=True)
+  paths, expected = [], []
+  for _ in range(2):  # the first save makes the copies, the second reuses
+    train_a_little(ours, steps=1)
+    paths.append(checkpoint.save(str(tmp_path / "ckpt"), options=options))
+    expected.append(values_by_name(ours._variables))
+    train_a_little(ours, steps=2)  # while the save is being written
+    steps_done.set()
+  checkpoint.sync()
+  moved = values_by_name(ours._variables)
+  assert not np.array_equal(moved["users"]["parameters"],
+                            expected[-1]["users"]["parameters"])
+
+  for path, values in zip(paths, expected):
+    theirs = tf_emb.TPUEmbeddingForServing(feature_config(tf_emb),
+                                           OPTIMIZERS[opt](tf_emb))
+    status = tf.train.Checkpoint(embedding=theirs).restore(path)
+    theirs.build()
+    status.assert_existing_objects_matched()
+    assert_same_values(values_by_name(theirs._variables), values)
+    again = tfemb.TPUEmbedding(feature_config(tfemb), OPTIMIZERS[opt](tfemb))
+    again.build()
+    tf.train.Checkpoint(embedding=again).restore(path).assert_consumed()
+    assert_same_values(values_by_name(again._variables), values)
 
 
 @pytest.mark.parametrize("restore_before_build", [True, False])

@@ -281,6 +281,19 @@ class ColumnView(tf.Variable, core.Tensor):
     return self.assign(restored_tensors[trackable.VARIABLE_VALUE_KEY],
                        read_value=False)
 
+  def _copy_trackable_to_cpu(self, object_map):
+    """An async save's copy (`tf.train.CheckpointOptions(
+    experimental_enable_async_checkpoint=True)`): a `[rows, dim]` variable
+    made at the first such save, into which every save copies the columns
+    (tfemb's op: no copy of the whole storage) before training goes on; the
+    save's thread writes the copy, as it does for TensorFlow's variables."""
+    if self not in object_map:
+      object_map[self] = resource_variable_ops.UninitializedVariable(
+          trainable=self.trainable, shape=self.shape, dtype=self.dtype,
+          name=self._shared_name)
+    object_map[self].assign(
+        kernel_ops.read_columns(self._storage, self._begin, self._dim))
+
 
 def _tensor(view, dtype=None, name=None, as_ref=False):
   return view._dense_var_to_tensor(dtype, name, as_ref)  # pylint: disable=protected-access
