@@ -93,6 +93,73 @@ def test_a_view_reads_and_writes_its_columns_only():
   np.testing.assert_array_equal(table.numpy(), start)
 
 
+def _reference_scatter(array, method, rows, values):
+  """numpy: tf.Variable's scatter `method` of `values` at `rows` (repeats
+  accumulate for add/sub/mul/div/max/min, the last one wins for update)."""
+  out = array.copy()
+  for r, v in zip(rows, values):
+    out[r] = {"update": lambda a, b: b, "add": np.add, "sub": np.subtract,
+              "mul": np.multiply, "div": np.divide, "max": np.maximum,
+              "min": np.minimum}[method](out[r], v)
+  return out
+
+
+@pytest.mark.parametrize("in_function", [False, True])
+@pytest.mark.parametrize("method",
+                         ["update", "add", "sub", "mul", "div", "max", "min"])
+def test_a_view_scatters_into_its_columns_only(method, in_function):
+  start = np.arange(VOCAB * DIM, dtype=np.float32).reshape(VOCAB, DIM) + 1
+  _, embedding = _embedding(tfemb.Adagrad(0.1, initial_accumulator_value=0.5),
+                            initializer=tf.constant_initializer(start))
+  embedding.build()
+  table = embedding._variables["t"]["parameters"]
+  rows = np.array([4, 1, 9], np.int64)  # distinct: mul/div read, then write
+  values = np.array([[2, -3, 0.5], [7, 8, 9], [-1, 4, 2]], np.float32)
+  delta = tf.IndexedSlices(tf.constant(values), tf.constant(rows))
+  scatter = getattr(table, f"scatter_{method}")
+  if in_function:
+
+    @tf.function
+    def step():
+      scatter(delta)
+
+    step()
+  else:
+    assert scatter(delta) is table
+  np.testing.assert_allclose(table.numpy(),
+                             _reference_scatter(start, method, rows, values),
+                             rtol=1e-7)
+  np.testing.assert_array_equal(
+      embedding._variables["t"]["accumulators"].numpy(), 0.5)
+
+
+@pytest.mark.parametrize("method", ["update", "add", "sub", "max", "min"])
+def test_a_view_scatters_nd_by_rows_and_by_elements(method):
+  start = np.arange(VOCAB * DIM, dtype=np.float32).reshape(VOCAB, DIM)
+  _, embedding = _embedding(tfemb.Adam(0.1),
+                            initializer=tf.constant_initializer(start))
+  embedding.build()
+  table = embedding._variables["t"]["parameters"]
+  # A repeated row or element accumulates; for "update" TensorFlow leaves
+  # the winner open, so there no position repeats.
+  repeat = method != "update"
+  rows = np.array([[3], [3 if repeat else 7], [0]])
+  values = np.array([[1, 2, 3], [10, 20, 30], [-5, 50, -6]], np.float32)
+  getattr(table, f"scatter_nd_{method}")(rows, values)
+  expected = _reference_scatter(start, method, rows[:, 0], values)
+  np.testing.assert_array_equal(table.numpy(), expected)
+
+  elements = np.array([[2, 0], [5, 2], [2, 0 if repeat else 1]])
+  deltas = np.array([1.5, -2.0, 4.0], np.float32)
+  getattr(table, f"scatter_nd_{method}")(elements, deltas)
+  for (r, c), d in zip(elements, deltas):
+    expected[r, c] = _reference_scatter(expected[r, c:c + 1], method, [0],
+                                        [d])[0]
+  np.testing.assert_array_equal(table.numpy(), expected)
+  for slot in ("momenta", "velocities"):  # the other columns
+    np.testing.assert_array_equal(embedding._variables["t"][slot].numpy(), 0)
+
+
 def test_the_gradient_of_a_lookup_is_the_tables():
   """A direct lookup is differentiable with respect to the table, as with a
   plain variable: the gradient of a gather of a [rows, dim] variable."""

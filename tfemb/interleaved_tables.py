@@ -68,6 +68,30 @@ def wanted(table, partitioned: bool) -> bool:
           kernel_build.load() is not None)
 
 
+def _row_scatter(method: str):
+  """tf.Variable's `scatter_<method>(sparse_delta)` for a ColumnView."""
+
+  def scatter(self, sparse_delta, use_locking=False, name=None):
+    del use_locking, name
+    return self._scatter(method, sparse_delta)  # pylint: disable=protected-access
+
+  scatter.__doc__ = f"`tf.Variable.scatter_{method}` on the view's columns."
+  return scatter
+
+
+def _element_scatter(method: str):
+  """tf.Variable's `scatter_nd_<method>(indices, updates)` for a
+  ColumnView."""
+
+  def scatter_nd(self, indices, updates, name=None):
+    del name
+    return self._scatter_nd(method, indices, updates)  # pylint: disable=protected-access
+
+  scatter_nd.__doc__ = (f"`tf.Variable.scatter_nd_{method}` on the view's "
+                        "columns.")
+  return scatter_nd
+
+
 class ColumnView(tf.Variable, core.Tensor):
   """Columns `[begin, begin + dim)` of `storage`, as a `[rows, dim]` variable.
 
@@ -75,8 +99,10 @@ class ColumnView(tf.Variable, core.Tensor):
   storage, then the columns); `assign` writes them in place
   (`ResourceStridedSliceAssign`); `tf.gather` / `sparse_read` gather the
   rows and keep these columns, with the gradient of a gather of a
-  `[rows, dim]` variable. The scatter methods of `tf.Variable` are not
-  offered: the tables are updated by their optimizer's kernel.
+  `[rows, dim]` variable; the scatter methods of `tf.Variable`
+  (`scatter_update`, `scatter_add`, ..., `scatter_nd_update`, ...) write
+  the elements they name, in place, by TensorFlow's element scatters on
+  the storage.
   """
 
   def __init__(self, storage: tf.Variable, begin: int, dim: int, name: str,
@@ -230,6 +256,58 @@ class ColumnView(tf.Variable, core.Tensor):
 
   def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
     return self.assign(self.value() - delta, read_value=read_value)
+
+  # --- scatters: element updates of the storage at the view's columns ---
+
+  def _scatter_nd(self, method: str, indices, updates):
+    """`storage.scatter_nd_<method>` at view positions `indices` (their
+    last axis 1: rows; 2: (row, column)), in place and by TensorFlow's ops,
+    so that other columns of the storage are untouched."""
+    indices = tf.convert_to_tensor(indices)
+    updates = tf.convert_to_tensor(updates, self.dtype)
+    depth = indices.shape[-1]
+    if depth not in (1, 2):
+      raise ValueError(f"{self.name}: scatter indices must end in 1 (rows) "
+                       f"or 2 (row, column), got shape {indices.shape}")
+    rows = tf.cast(indices[..., :1], tf.int64)
+    if depth == 1:  # every column of each row
+      lead = tf.shape(rows, out_type=tf.int64)[:-1]
+      columns = tf.range(self._dim, dtype=tf.int64)
+      rows = tf.broadcast_to(rows, tf.concat([lead, [self._dim]], 0))
+      columns = tf.broadcast_to(columns, tf.shape(rows, out_type=tf.int64))
+      positions = tf.stack([rows, columns + self._begin], axis=-1)
+    else:
+      columns = tf.cast(indices[..., 1:], tf.int64) + self._begin
+      positions = tf.concat([rows, columns], axis=-1)
+    self._rejoin()
+    getattr(self._storage, f"scatter_nd_{method}")(positions, updates)
+    return self
+
+  def _scatter(self, method: str, sparse_delta):
+    if not isinstance(sparse_delta, tf.IndexedSlices):
+      raise TypeError(f"{self.name}: sparse_delta must be an IndexedSlices, "
+                      f"got {sparse_delta!r}")
+    rows = tf.expand_dims(sparse_delta.indices, -1)
+    if method in ("mul", "div"):  # no element scatter: read, then write
+      old = tf.gather(self, sparse_delta.indices)
+      new = (old * sparse_delta.values if method == "mul" else
+             old / sparse_delta.values)
+      return self._scatter_nd("update", rows, new)
+    return self._scatter_nd(method, rows, sparse_delta.values)
+
+  scatter_update = _row_scatter("update")
+  scatter_add = _row_scatter("add")
+  scatter_sub = _row_scatter("sub")
+  scatter_max = _row_scatter("max")
+  scatter_min = _row_scatter("min")
+  scatter_mul = _row_scatter("mul")
+  scatter_div = _row_scatter("div")
+  batch_scatter_update = _row_scatter("update")  # rank-1 indices: the same
+  scatter_nd_update = _element_scatter("update")
+  scatter_nd_add = _element_scatter("add")
+  scatter_nd_sub = _element_scatter("sub")
+  scatter_nd_max = _element_scatter("max")
+  scatter_nd_min = _element_scatter("min")
 
   # --- SavedModel: the storage is exported; the view maps onto its copy ---
 
