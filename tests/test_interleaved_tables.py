@@ -64,13 +64,20 @@ def test_tables_with_slots_are_interleaved_and_others_are_not(monkeypatch):
   assert not any(_is_view(v) for v in embedding._variables["t"].values())
 
 
-def test_a_view_reads_and_writes_its_columns_only():
+def _adagrad_views(offset=0.0):
+  """Rows 0, 1, 2, ... + offset in a built Adagrad table of accumulators
+  0.5: (those values, the parameters' view, the accumulators' view)."""
   start = np.arange(VOCAB * DIM, dtype=np.float32).reshape(VOCAB, DIM)
+  start += offset
   _, embedding = _embedding(tfemb.Adagrad(0.1, initial_accumulator_value=0.5),
                             initializer=tf.constant_initializer(start))
   embedding.build()
-  table = embedding._variables["t"]["parameters"]
-  accumulators = embedding._variables["t"]["accumulators"]
+  variables = embedding._variables["t"]
+  return start, variables["parameters"], variables["accumulators"]
+
+
+def test_a_view_reads_and_writes_its_columns_only():
+  start, table, accumulators = _adagrad_views()
   assert isinstance(table, tf.Variable)
   assert table.shape == (VOCAB, DIM) and table.dtype == tf.float32
   assert table.name == "t:0" and accumulators.name == "t/accumulators:0"
@@ -108,11 +115,7 @@ def _reference_scatter(array, method, rows, values):
 @pytest.mark.parametrize("method",
                          ["update", "add", "sub", "mul", "div", "max", "min"])
 def test_a_view_scatters_into_its_columns_only(method, in_function):
-  start = np.arange(VOCAB * DIM, dtype=np.float32).reshape(VOCAB, DIM) + 1
-  _, embedding = _embedding(tfemb.Adagrad(0.1, initial_accumulator_value=0.5),
-                            initializer=tf.constant_initializer(start))
-  embedding.build()
-  table = embedding._variables["t"]["parameters"]
+  start, table, accumulators = _adagrad_views(offset=1.0)
   rows = np.array([4, 1, 9], np.int64)  # distinct: mul/div read, then write
   values = np.array([[2, -3, 0.5], [7, 8, 9], [-1, 4, 2]], np.float32)
   delta = tf.IndexedSlices(tf.constant(values), tf.constant(rows))
@@ -129,8 +132,7 @@ def test_a_view_scatters_into_its_columns_only(method, in_function):
   np.testing.assert_allclose(table.numpy(),
                              _reference_scatter(start, method, rows, values),
                              rtol=1e-7)
-  np.testing.assert_array_equal(
-      embedding._variables["t"]["accumulators"].numpy(), 0.5)
+  np.testing.assert_array_equal(accumulators.numpy(), 0.5)
 
 
 @pytest.mark.parametrize("method", ["update", "add", "sub", "max", "min"])
@@ -158,6 +160,31 @@ def test_a_view_scatters_nd_by_rows_and_by_elements(method):
   np.testing.assert_array_equal(table.numpy(), expected)
   for slot in ("momenta", "velocities"):  # the other columns
     np.testing.assert_array_equal(embedding._variables["t"][slot].numpy(), 0)
+
+
+def test_a_view_passes_for_a_variable_where_numpy_and_keras_take_one():
+  start, table, accumulators = _adagrad_views()
+  np.testing.assert_array_equal(np.asarray(table), start)
+  assert np.asarray(table, np.float64).dtype == np.float64
+  np.testing.assert_array_equal(table.read_value_no_copy(), start)
+  table.set_shape([VOCAB, None])
+  with pytest.raises(ValueError, match="t:0"):
+    table.set_shape([VOCAB + 1, DIM])
+  assert table._unique_id != accumulators._unique_id
+
+  # A Keras optimizer (not tfemb's) steps a view as a plain variable, with
+  # a dense gradient and with a gradient of some rows.
+  dense = np.full((VOCAB, DIM), 0.5, np.float32)
+  rows, values = np.array([2, 7]), np.array([[1, 2, 3], [4, 5, 6]], np.float32)
+  optimizer = tf.keras.optimizers.SGD(learning_rate=0.25)
+  optimizer.apply_gradients([(tf.constant(dense), table)])
+  optimizer.apply_gradients(
+      [(tf.IndexedSlices(tf.constant(values), tf.constant(rows),
+                         tf.constant([VOCAB, DIM])), table)])
+  expected = start - 0.25 * dense
+  expected[rows] -= 0.25 * values
+  np.testing.assert_allclose(table.numpy(), expected, rtol=1e-6)
+  np.testing.assert_array_equal(accumulators.numpy(), 0.5)
 
 
 def test_the_gradient_of_a_lookup_is_the_tables():

@@ -146,6 +146,15 @@ class ColumnView(tf.Variable, core.Tensor):
   def get_shape(self) -> tf.TensorShape:
     return self.shape
 
+  def set_shape(self, shape):
+    if not self.shape.is_compatible_with(shape):
+      raise ValueError(f"{self.name} has shape {self.shape}, not {shape}")
+
+  @property
+  def _unique_id(self) -> str:
+    """Distinct among the views of one storage (optimizers key on it)."""
+    return f"{self._storage._unique_id}/{self._begin}"  # pylint: disable=protected-access
+
   @property
   def device(self):
     return self._storage.device
@@ -197,8 +206,15 @@ class ColumnView(tf.Variable, core.Tensor):
   def read_value(self) -> tf.Tensor:
     return self.value()
 
+  def read_value_no_copy(self) -> tf.Tensor:
+    return self.value()
+
   def numpy(self):
     return self.value().numpy()
+
+  def __array__(self, dtype=None, copy=None):
+    del copy  # always a new array
+    return self.numpy() if dtype is None else self.numpy().astype(dtype)
 
   def _dense_var_to_tensor(self, dtype=None, name=None, as_ref=False):
     del name, as_ref
