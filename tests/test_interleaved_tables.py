@@ -64,15 +64,22 @@ def test_tables_with_slots_are_interleaved_and_others_are_not(monkeypatch):
   assert not any(_is_view(v) for v in embedding._variables["t"].values())
 
 
-def _adagrad_views(offset=0.0):
-  """Rows 0, 1, 2, ... + offset in a built Adagrad table of accumulators
-  0.5: (those values, the parameters' view, the accumulators' view)."""
+def _built_views(optimizer, offset=0.0):
+  """Rows 0, 1, 2, ... + offset in a built table of `optimizer`: (those
+  values, the table's variables by name: its views)."""
   start = np.arange(VOCAB * DIM, dtype=np.float32).reshape(VOCAB, DIM)
   start += offset
-  _, embedding = _embedding(tfemb.Adagrad(0.1, initial_accumulator_value=0.5),
+  _, embedding = _embedding(optimizer,
                             initializer=tf.constant_initializer(start))
   embedding.build()
-  variables = embedding._variables["t"]
+  return start, embedding._variables["t"]
+
+
+def _adagrad_views(offset=0.0):
+  """As _built_views, with Adagrad (accumulators 0.5): (the values, the
+  parameters' view, the accumulators' view)."""
+  start, variables = _built_views(
+      tfemb.Adagrad(0.1, initial_accumulator_value=0.5), offset)
   return start, variables["parameters"], variables["accumulators"]
 
 
@@ -137,11 +144,8 @@ def test_a_view_scatters_into_its_columns_only(method, in_function):
 
 @pytest.mark.parametrize("method", ["update", "add", "sub", "max", "min"])
 def test_a_view_scatters_nd_by_rows_and_by_elements(method):
-  start = np.arange(VOCAB * DIM, dtype=np.float32).reshape(VOCAB, DIM)
-  _, embedding = _embedding(tfemb.Adam(0.1),
-                            initializer=tf.constant_initializer(start))
-  embedding.build()
-  table = embedding._variables["t"]["parameters"]
+  start, variables = _built_views(tfemb.Adam(0.1))
+  table = variables["parameters"]
   # A repeated row or element accumulates; for "update" TensorFlow leaves
   # the winner open, so there no position repeats.
   repeat = method != "update"
@@ -159,7 +163,7 @@ def test_a_view_scatters_nd_by_rows_and_by_elements(method):
                                         [d])[0]
   np.testing.assert_array_equal(table.numpy(), expected)
   for slot in ("momenta", "velocities"):  # the other columns
-    np.testing.assert_array_equal(embedding._variables["t"][slot].numpy(), 0)
+    np.testing.assert_array_equal(variables[slot].numpy(), 0)
 
 
 def test_a_view_passes_for_a_variable_where_numpy_and_keras_take_one():

@@ -206,8 +206,7 @@ class ColumnView(tf.Variable, core.Tensor):
   def read_value(self) -> tf.Tensor:
     return self.value()
 
-  def read_value_no_copy(self) -> tf.Tensor:
-    return self.value()
+  read_value_no_copy = read_value
 
   def numpy(self):
     return self.value().numpy()
@@ -287,11 +286,11 @@ class ColumnView(tf.Variable, core.Tensor):
                        f"or 2 (row, column), got shape {indices.shape}")
     rows = tf.cast(indices[..., :1], tf.int64)
     if depth == 1:  # every column of each row
-      lead = tf.shape(rows, out_type=tf.int64)[:-1]
-      columns = tf.range(self._dim, dtype=tf.int64)
-      rows = tf.broadcast_to(rows, tf.concat([lead, [self._dim]], 0))
-      columns = tf.broadcast_to(columns, tf.shape(rows, out_type=tf.int64))
-      positions = tf.stack([rows, columns + self._begin], axis=-1)
+      shape = tf.concat([tf.shape(rows, out_type=tf.int64)[:-1], [self._dim]],
+                        0)
+      columns = tf.range(self._begin, self._begin + self._dim, dtype=tf.int64)
+      positions = tf.stack([tf.broadcast_to(rows, shape),
+                            tf.broadcast_to(columns, shape)], axis=-1)
     else:
       columns = tf.cast(indices[..., 1:], tf.int64) + self._begin
       positions = tf.concat([rows, columns], axis=-1)
