@@ -5,7 +5,8 @@ The script of TensorFlow's TPU documentation (`enqueue` outside
 with 2 and 4 replicas on logical CPUs, and its tables and slots equal those
 of one replica on the same global batch, as the TPU sums the global batch.
 The 1-replica run is itself checked against the numpy reference in
-test_training.py.
+test_training.py. Mirrored CPU tables train through the fused kernels, each
+replica on its own copy; the same scenarios run on TensorFlow's ops too.
 """
 
 import numpy as np
@@ -13,7 +14,9 @@ import pytest
 import tensorflow as tf
 
 import helpers
+import reference
 import tfemb
+from tfemb.kernels import ops as kernel_ops
 
 GLOBAL_BATCH, STEPS = 8, 3
 
@@ -147,9 +150,18 @@ def assert_same_states(got, expected):
                                  err_msg=f"after step {step}: {key}")
 
 
+@pytest.fixture(params=["kernels", "tensorflow"])
+def host_path(request, monkeypatch):
+  """The mirrored tables trained by the fused kernels, or by TensorFlow's
+  ops (as where the kernels cannot build)."""
+  if request.param == "tensorflow":
+    monkeypatch.setattr(kernel_ops, "usable", lambda *args: False)
+  return request.param
+
+
 @pytest.mark.parametrize("replicas", [2, 4])
 @pytest.mark.parametrize("opt", list(OPTIMIZERS))
-def test_mirrored_equals_one_replica(opt, replicas):
+def test_mirrored_equals_one_replica(opt, replicas, host_path):
   """After one and after every further step."""
   expected = one_replica(opt)
   assert not np.allclose(expected[-1]["shared/parameters"],
@@ -164,7 +176,7 @@ def test_distribute_datasets_from_function():
   assert_same_states(got, one_replica("adagrad"))
 
 
-def test_replica_copies_stay_identical():
+def test_replica_copies_stay_identical(host_path):
   _, embedding = train(mirrored(4), lambda: tfemb.Adam(0.1), steps=2)
   for table, slots in embedding.variables.items():
     for name, var in slots.items():
@@ -173,3 +185,142 @@ def test_replica_copies_stay_identical():
       for c in copies[1:]:
         np.testing.assert_array_equal(c, copies[0],
                                       err_msg=f"{table.name}/{name}")
+
+
+def _two_steps(strategy, make_opt, init, ids, coef, distributed=True,
+               non_finite="raise"):
+  """Two steps of `loss = sum(activations * coef)` over a global batch of
+  single ids; returns the embedding and the step function."""
+  with strategy.scope():
+    table = tfemb.TableConfig(
+        init.shape[0], init.shape[1], name="t",
+        initializer=tf.constant_initializer(init))
+    embedding = tfemb.TPUEmbedding({"f": tfemb.FeatureConfig(table)},
+                                   make_opt())
+  embedding.non_finite_gradients = non_finite
+  data = tf.data.Dataset.from_tensor_slices(
+      (ids.reshape(-1), coef.reshape(-1, init.shape[1]).astype(np.float32)))
+  data = data.batch(ids.shape[1], drop_remainder=True)
+  if distributed:
+    data = strategy.experimental_distribute_dataset(
+        data, tf.distribute.InputOptions(experimental_fetch_to_device=False))
+  iterator = iter(data)
+
+  def tpu_step(c):
+    with tf.GradientTape() as tape:
+      act = embedding.dequeue()
+      tape.watch(act)
+      loss = tf.reduce_sum(act["f"] * c)
+    embedding.apply_gradients(tape.gradient(loss, act))
+
+  @tf.function
+  def step():
+    features, c = next(iterator)
+    embedding.enqueue({"f": features}, training=True)
+    if distributed:
+      strategy.run(tpu_step, args=(c,))
+    else:  # outside strategy.run: one step on the whole batch
+      tpu_step(c)
+
+  for _ in range(ids.shape[0]):
+    step()
+  return embedding, step
+
+
+def _reference(kind, init, ids, coef):
+  ref = reference.Table(init, kind, {})
+  for step_ids, step_coef in zip(ids, coef):
+    ref.apply(reference.row_gradients(zip(step_ids, step_coef)), 0.1)
+  return ref
+
+
+def _assert_every_copy(embedding, ref):
+  (variables,) = embedding.variables.values()
+  expected = {"parameters": ref.w, **ref.slots}
+  assert set(variables) == set(expected)
+  for name, var in variables.items():
+    for k, copy in enumerate(var.values):
+      np.testing.assert_allclose(copy.numpy(), expected[name], rtol=1e-5,
+                                 atol=1e-6, err_msg=f"{name}, copy {k}")
+
+
+_KINDS = {"adagrad": lambda: tfemb.Adagrad(0.1),
+          "adam": lambda: tfemb.Adam(0.1)}
+
+
+@pytest.mark.parametrize("kind", list(_KINDS))
+def test_each_replica_runs_the_kernels_on_its_own_copy(kind):
+  """2 replicas, 2 steps: the step's graph holds each kernel once per
+  replica and no TensorFlow gather or scatter of a table, and every copy
+  of the table and its slots equals the numpy reference."""
+  rng = np.random.default_rng(11)
+  init = rng.normal(size=(10, 3))
+  ids = np.array([[1, 2, 1, 7], [7, 7, 0, 2]])
+  coef = rng.normal(size=(2, 4, 3))
+  embedding, step = _two_steps(mirrored(2), _KINDS[kind], init, ids, coef)
+  types = [op.type for op in step.get_concrete_function().graph.get_operations()]
+  for kernel in ("TfembDedupGather", "TfembRowGradients", "TfembApplyRows"):
+    assert types.count(kernel) == 2, kernel
+  for op_type in ("ResourceGather", "ResourceScatterUpdate"):
+    assert op_type not in types, op_type
+  _assert_every_copy(embedding, _reference(kind, init, ids, coef))
+
+
+def test_an_update_outside_strategy_run_reaches_every_copy():
+  """enqueue, dequeue and apply_gradients all outside strategy.run under 2
+  replicas: a one-replica step, written to both copies (TensorFlow's
+  mirrored scatters, not the kernels on one copy)."""
+  strategy = mirrored(2)
+  with strategy.scope():
+    copies = {"parameters": tf.Variable(tf.zeros([4, 2]))}
+  assert not kernel_ops.in_place_here(copies)  # another strategy's context
+  with strategy.scope():  # the cross-replica context
+    assert not kernel_ops.in_place_here(copies)
+  # In each replica's context (equal results regroup into one value).
+  assert strategy.run(lambda: kernel_ops.in_place_here(copies)) is True
+  rng = np.random.default_rng(12)
+  init = rng.normal(size=(10, 3))
+  ids = np.array([[1, 2, 1, 7], [7, 7, 0, 2]])
+  coef = rng.normal(size=(2, 4, 3))
+  embedding, _ = _two_steps(strategy, _KINDS["adagrad"], init, ids, coef,
+                            distributed=False)
+  _assert_every_copy(embedding, _reference("adagrad", init, ids, coef))
+
+
+def test_a_non_finite_gradient_on_one_replica_skips_the_step_on_all():
+  """Policy "skip", 2 replicas: replica 1's half of the first batch has a
+  NaN gradient. Both copies skip that step (the check is of the global
+  gradient, not of each replica's own) and take the second."""
+  rng = np.random.default_rng(13)
+  init = rng.normal(size=(10, 3))
+  ids = np.array([[1, 2, 1, 7], [7, 7, 0, 2]])
+  coef = rng.normal(size=(2, 4, 3))
+  coef[0, 3, 1] = np.nan  # the first step's last example: replica 1's
+  embedding, _ = _two_steps(mirrored(2), _KINDS["adam"], init, ids, coef,
+                            non_finite="skip")
+  _assert_every_copy(embedding, _reference("adam", init, ids[1:], coef[1:]))
+  assert [int(c.numpy()) for c in embedding._skipped.values] == [1, 1]  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("kind", list(_KINDS))
+def test_a_mirrored_step_reads_rows_not_tables(kind, host_path):
+  """On either path, 2 replicas: no op of the traced step reads a whole
+  table or slot or makes a tensor of the vocabulary's size (tf.gather on a
+  mirrored variable reads all of it: the rows come from each copy's
+  resource gather)."""
+  vocab = 100_003  # a size no batch-derived tensor can have by accident
+  init = np.zeros((vocab, 3))
+  ids = np.array([[1, 2, 1, 7]])
+  _, step = _two_steps(mirrored(2), _KINDS[kind], init, ids,
+                       np.ones((1, 4, 3)))
+  graph = step.get_concrete_function().graph
+  types = [op.type for op in graph.get_operations()]
+  if host_path == "tensorflow":
+    # Per replica: the lookup's rows, then the update's (of the global
+    # batch's ids) of the table and of each slot.
+    slots = len(_KINDS[kind]()._slot_names())  # pylint: disable=protected-access
+    assert types.count("ResourceGather") == 2 * (2 + slots)
+  for op in graph.get_operations():
+    for out in op.outputs:
+      dims = out.shape.as_list() if out.shape.rank is not None else []
+      assert vocab not in dims, (op.type, op.name)

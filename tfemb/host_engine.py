@@ -14,8 +14,9 @@ TensorFlow ops only, with the TPU's numbers (SPEC section 2):
 On the CPU, a training step does the per-table parts with the fused kernels
 of `tfemb.kernels` (one op per table for the deduplication and gather, one
 for the row-gradient sum, one for the update) when they can be built and the
-table's variables are plain local CPU variables; otherwise, and for direct
-lookups, with the TensorFlow ops above. Both give the same numbers.
+table's variables are CPU variables, plain or mirrored (each replica's
+kernels on its own copy); otherwise, and for direct lookups, with the
+TensorFlow ops above. Both give the same numbers.
 
 The tables and slots themselves live in `tfemb.table_variables`; the
 update of the touched rows in `tfemb.sparse_update`.
@@ -482,13 +483,16 @@ class HostEmbedding(table_variables.TableVariables):
       if multi_replica:  # the global batch's gradient, as the TPU sums it
         ids, grads = replicas.sum_rows_across_replicas(ids, grads)
         w = None
+        finite = None  # every replica checks the same, global, gradient
       if finite is None and self._non_finite == "raise":
         # TensorFlow ops: check the summed gradient here.
         finite = validation.finite_gradients(self._table_config[t].name, grads)
       elif finite is None:
         finite = validation.all_finite(grads)
+      fused = (self._uses_fused_kernels(t) and kernel_ops.in_place_here(
+          self._variables[self._table_config[t].name]))
       updates.append(_TableUpdate(self._table_config[t], ids, w, grads,
-                                  finite, self._uses_fused_kernels(t)))
+                                  finite, fused))
 
     def write():
       with tf.control_dependencies(checks):

@@ -19,6 +19,7 @@ from typing import Any, Dict
 
 import tensorflow as tf
 from tensorflow.python.distribute import sharded_variable  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.distribute import values as values_lib  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.trackable import autotrackable
 from tensorflow.python.trackable import base as trackable
 
@@ -219,8 +220,13 @@ def gather_rows(variable, ids):
 
   A `ShardedVariable` (tables over parameter servers) is read per shard
   with TensorFlow's "div" routing; its own `sparse_read` would return the
-  rows grouped by shard, not in the order asked for.
+  rows grouped by shard, not in the order asked for. A mirrored variable
+  is read from the replica's own copy.
   """
   if isinstance(variable, sharded_variable.ShardedVariable):
     return tf.nn.embedding_lookup(variable, ids)
+  if isinstance(variable, values_lib.MirroredVariable):
+    # tf.gather would read the whole table (a mirrored variable has no
+    # sparse_read of its own): a resource gather of this replica's copy.
+    variable = variable._get_on_device_or_primary()  # pylint: disable=protected-access
   return tf.gather(variable, ids)

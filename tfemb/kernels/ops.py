@@ -1,8 +1,10 @@
 """The fused kernels as functions of the host engine's tensors and configs.
 
-`usable(variables)` tells whether a table's variables can take them: plain
-resource variables on the CPU (not mirrored, not sharded over parameter
-servers, not on a GPU). Each function below is one op per table:
+`usable(variables)` tells whether a table's variables can take them:
+resource variables on the CPU, plain or mirrored (`MirroredStrategy`,
+`MultiWorkerMirroredStrategy`: each replica's kernels work on its own
+copy), not sharded over parameter servers, not on a GPU. Each function
+below is one op per table:
 
 * `dedup_gather(table, ids, ...)`: the distinct ids of every feature of the
   table, each id's position among them, and each id's row; ids outside
@@ -23,6 +25,7 @@ import math
 from typing import Dict, List, Sequence, Tuple
 
 import tensorflow as tf
+from tensorflow.python.distribute import values as values_lib  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
 
 from tfemb import update_rules
@@ -50,13 +53,36 @@ def usable(variables: Dict[str, tf.Variable], optimizer) -> bool:
   if optimizer is not None and not getattr(optimizer, "lazy_adam", True):
     return False  # non-lazy Adam updates every row: TensorFlow ops
   for v in variables.values():
+    for copy in _copies(_storage(v)):
+      if not isinstance(copy, resource_variable_ops.BaseResourceVariable):
+        return False  # sharded, sync-on-read or otherwise wrapped
+      if "CPU" not in copy.device.upper():
+        return False
+  return True
+
+
+def in_place_here(variables: Dict[str, tf.Variable]) -> bool:
+  """Whether an update here may write the table in place: always, except
+  for a table with several mirrored copies outside a replica's context of
+  its own strategy (there a write must reach every copy: TensorFlow's
+  mirrored ops)."""
+  context = tf.distribute.get_replica_context()
+  for v in variables.values():
     v = _storage(v)
-    if (not isinstance(v, resource_variable_ops.BaseResourceVariable) or
-        isinstance(v, tf.distribute.DistributedValues)):
-      return False  # mirrored, sharded or otherwise wrapped
-    if "CPU" not in v.device.upper():
+    if len(_copies(v)) > 1 and (
+        context is None or context.strategy is not v.distribute_strategy):
       return False
   return True
+
+
+def _copies(variable) -> Tuple[tf.Variable, ...]:
+  """The variables that hold `variable`: itself, or a mirrored variable's
+  copy on each replica's device (None for other distributed values)."""
+  if isinstance(variable, values_lib.MirroredVariable):
+    return tuple(variable.values)
+  if isinstance(variable, values_lib.DistributedValues):
+    return (None,)
+  return (variable,)
 
 
 def _storage(variable):
@@ -70,6 +96,10 @@ def _handle(variable):
   TensorFlow's own variable ops record it (so functions that use it track
   it, e.g. for export)."""
   variable = _storage(variable)
+  if isinstance(variable, values_lib.MirroredVariable):
+    # This replica's copy (in a replica's context), else the copy on the
+    # current device (an enqueue outside strategy.run), else the first.
+    variable = variable._get_on_device_or_primary()  # pylint: disable=protected-access
   resource_variable_ops.variable_accessed(variable)
   return variable.handle
 
