@@ -1,4 +1,5 @@
-"""Replicas: whose batch a replica looks up, and the global-batch gradient.
+"""Replicas: whose batch a replica looks up, which copy of a mirrored table
+it reads and writes (`local_copy`), and the global-batch gradient.
 
 The TPU sums the gradient of a row over the whole global batch, across all
 replicas. Under a multi-replica strategy (`MirroredStrategy`,
@@ -46,6 +47,24 @@ def local_index() -> int:
   if replica_id is None:
     return 0
   return replica_id % max(1, len(local_devices()))
+
+
+def copies(variable) -> Tuple[Any, ...]:
+  """The variables that hold `variable`: a mirrored variable's copy on each
+  replica's device, else the variable itself."""
+  if isinstance(variable, values_lib.MirroredVariable):
+    return tuple(variable.values)
+  return (variable,)
+
+
+def local_copy(variable):
+  """The copy of a mirrored variable to read or write here: this replica's
+  (in a replica's context), else the one on the current device (e.g. an
+  enqueue outside strategy.run), else the first. Any other variable is
+  returned as is."""
+  if isinstance(variable, values_lib.MirroredVariable):
+    return variable._get_on_device_or_primary()  # pylint: disable=protected-access
+  return variable
 
 
 def in_multi_replica_step() -> bool:

@@ -19,12 +19,12 @@ from typing import Any, Dict
 
 import tensorflow as tf
 from tensorflow.python.distribute import sharded_variable  # pylint: disable=g-direct-tensorflow-import
-from tensorflow.python.distribute import values as values_lib  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.trackable import autotrackable
 from tensorflow.python.trackable import base as trackable
 
 from tfemb import initialization
 from tfemb import interleaved_tables
+from tfemb import replicas
 
 
 class TableVariables(autotrackable.AutoTrackable):
@@ -225,8 +225,6 @@ def gather_rows(variable, ids):
   """
   if isinstance(variable, sharded_variable.ShardedVariable):
     return tf.nn.embedding_lookup(variable, ids)
-  if isinstance(variable, values_lib.MirroredVariable):
-    # tf.gather would read the whole table (a mirrored variable has no
-    # sparse_read of its own): a resource gather of this replica's copy.
-    variable = variable._get_on_device_or_primary()  # pylint: disable=protected-access
-  return tf.gather(variable, ids)
+  # On a mirrored variable (no sparse_read of its own) tf.gather would read
+  # the whole table: a resource gather of the replica's copy instead.
+  return tf.gather(replicas.local_copy(variable), ids)

@@ -25,9 +25,9 @@ import math
 from typing import Dict, List, Sequence, Tuple
 
 import tensorflow as tf
-from tensorflow.python.distribute import values as values_lib  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import replicas
 from tfemb import update_rules
 from tfemb.kernels import build
 
@@ -53,7 +53,7 @@ def usable(variables: Dict[str, tf.Variable], optimizer) -> bool:
   if optimizer is not None and not getattr(optimizer, "lazy_adam", True):
     return False  # non-lazy Adam updates every row: TensorFlow ops
   for v in variables.values():
-    for copy in _copies(_storage(v)):
+    for copy in replicas.copies(_storage(v)):
       if not isinstance(copy, resource_variable_ops.BaseResourceVariable):
         return False  # sharded, sync-on-read or otherwise wrapped
       if "CPU" not in copy.device.upper():
@@ -69,20 +69,10 @@ def in_place_here(variables: Dict[str, tf.Variable]) -> bool:
   context = tf.distribute.get_replica_context()
   for v in variables.values():
     v = _storage(v)
-    if len(_copies(v)) > 1 and (
+    if len(replicas.copies(v)) > 1 and (
         context is None or context.strategy is not v.distribute_strategy):
       return False
   return True
-
-
-def _copies(variable) -> Tuple[tf.Variable, ...]:
-  """The variables that hold `variable`: itself, or a mirrored variable's
-  copy on each replica's device (None for other distributed values)."""
-  if isinstance(variable, values_lib.MirroredVariable):
-    return tuple(variable.values)
-  if isinstance(variable, values_lib.DistributedValues):
-    return (None,)
-  return (variable,)
 
 
 def _storage(variable):
@@ -95,11 +85,7 @@ def _handle(variable):
   """The handle of the variable that holds it, its use recorded as
   TensorFlow's own variable ops record it (so functions that use it track
   it, e.g. for export)."""
-  variable = _storage(variable)
-  if isinstance(variable, values_lib.MirroredVariable):
-    # This replica's copy (in a replica's context), else the copy on the
-    # current device (an enqueue outside strategy.run), else the first.
-    variable = variable._get_on_device_or_primary()  # pylint: disable=protected-access
+  variable = replicas.local_copy(_storage(variable))
   resource_variable_ops.variable_accessed(variable)
   return variable.handle
 
