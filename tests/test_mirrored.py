@@ -188,9 +188,11 @@ def test_replica_copies_stay_identical(host_path):
 
 
 def _two_steps(strategy, make_opt, init, ids, coef, distributed=True,
-               non_finite="raise"):
+               non_finite="raise", enqueue_in_run=False):
   """Two steps of `loss = sum(activations * coef)` over a global batch of
-  single ids; returns the embedding and the step function."""
+  single ids; returns the embedding and the step function. With
+  `enqueue_in_run`, each replica enqueues its own ids inside `strategy.run`
+  (so the tables are created there, in the first step)."""
   with strategy.scope():
     table = tfemb.TableConfig(
         init.shape[0], init.shape[1], name="t",
@@ -206,7 +208,9 @@ def _two_steps(strategy, make_opt, init, ids, coef, distributed=True,
         data, tf.distribute.InputOptions(experimental_fetch_to_device=False))
   iterator = iter(data)
 
-  def tpu_step(c):
+  def tpu_step(c, features=None):
+    if features is not None:
+      embedding.enqueue({"f": features}, training=True)
     with tf.GradientTape() as tape:
       act = embedding.dequeue()
       tape.watch(act)
@@ -216,10 +220,13 @@ def _two_steps(strategy, make_opt, init, ids, coef, distributed=True,
   @tf.function
   def step():
     features, c = next(iterator)
-    embedding.enqueue({"f": features}, training=True)
-    if distributed:
+    if enqueue_in_run:
+      strategy.run(tpu_step, args=(c, features))
+    elif distributed:
+      embedding.enqueue({"f": features}, training=True)
       strategy.run(tpu_step, args=(c,))
     else:  # outside strategy.run: one step on the whole batch
+      embedding.enqueue({"f": features}, training=True)
       tpu_step(c)
 
   for _ in range(ids.shape[0]):
@@ -284,6 +291,21 @@ def test_an_update_outside_strategy_run_reaches_every_copy():
   coef = rng.normal(size=(2, 4, 3))
   embedding, _ = _two_steps(strategy, _KINDS["adagrad"], init, ids, coef,
                             distributed=False)
+  _assert_every_copy(embedding, _reference("adagrad", init, ids, coef))
+
+
+def test_tables_created_in_the_first_strategy_run():
+  """The first enqueue inside `strategy.run` under 2 replicas: the tables
+  are created once, in the cross-replica context (mirrored, one copy per
+  replica), and every copy trains to the numpy reference."""
+  rng = np.random.default_rng(14)
+  init = rng.normal(size=(10, 3))
+  ids = np.array([[1, 2, 1, 7], [7, 7, 0, 2]])
+  coef = rng.normal(size=(2, 4, 3))
+  embedding, _ = _two_steps(mirrored(2), _KINDS["adagrad"], init, ids, coef,
+                            enqueue_in_run=True)
+  (variables,) = embedding.variables.values()
+  assert all(len(v.values) == 2 for v in variables.values())
   _assert_every_copy(embedding, _reference("adagrad", init, ids, coef))
 
 

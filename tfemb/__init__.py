@@ -16,6 +16,18 @@ from tfemb import tpu
 
 __version__ = "0.1.0"
 
+# The Keras layer and the checkpoint converter, imported on first use: the
+# mid-level API does not need them, and `tfemb.layers.TPUEmbedding` works
+# after a plain `import tfemb`.
+_LAZY_SUBPACKAGES = ("layers", "migrate")
+
+
+def __getattr__(name):
+  if name in _LAZY_SUBPACKAGES:
+    import importlib  # pylint: disable=g-import-not-at-top
+    return importlib.import_module(f"tfemb.{name}")
+  raise AttributeError(f"module 'tfemb' has no attribute {name!r}")
+
 __all__ = [
     "SGD", "Adagrad", "AdagradMomentum", "Adam", "FTRL", "TableConfig",
     "FeatureConfig", "QuantizationConfig", "TPUEmbedding", "to_tensorflow",

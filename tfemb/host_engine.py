@@ -192,8 +192,17 @@ class HostEmbedding(table_variables.TableVariables):
       self._update_output_shapes(shapes)
     # Created under the strategy the object was made in (mirrored copies
     # under MirroredStrategy), whenever the first enqueue happens.
-    with tf.init_scope(), self._strategy.scope(), self._partitioning():
-      self._variables = self._create_variables_and_slots()
+    def create(*unused_strategy):
+      with tf.init_scope(), self._strategy.scope(), self._partitioning():
+        self._variables = self._create_variables_and_slots()
+
+    if replicas.in_replica_context_of(self._strategy):
+      # A model built in its first step (tf_keras' fit of an unbuilt
+      # subclassed model, Keras 3's fit of a distributed dataset): every
+      # replica waits while the tables are created once, across replicas.
+      tf.distribute.get_replica_context().merge_call(create)
+    else:
+      create()
     # A step's buffers, freed, stay in the process at any table size.
     heap.keep_freed_buffers()
     self._built = True

@@ -67,6 +67,14 @@ def local_copy(variable):
   return variable
 
 
+def in_replica_context_of(strategy) -> bool:
+  """True inside `strategy.run` of `strategy`, a strategy other than the
+  default one."""
+  return (tf.distribute.has_strategy() and
+          not tf.distribute.in_cross_replica_context() and
+          tf.distribute.get_strategy() is strategy)
+
+
 def in_multi_replica_step() -> bool:
   """True inside `strategy.run` with more than one replica in sync."""
   context = tf.distribute.get_replica_context()

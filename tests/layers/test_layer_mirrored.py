@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 import helpers
+import reference
 import tfemb
 import tfemb.layers
 
@@ -78,3 +79,55 @@ def test_fit_under_mirrored_equals_one_replica(make_opt):
                                atol=1e-6, err_msg=name)
   # The dense part, trained by Keras, agrees too: the same global step.
   np.testing.assert_allclose(kernel, expected_kernel, rtol=1e-5, atol=1e-6)
+
+
+class UnbuiltModel(keras.Model):
+  """A subclassed model whose layers are built by `fit`'s first step."""
+
+  def __init__(self, table):
+    super().__init__()
+    self.embedding = tfemb.layers.TPUEmbedding(
+        {"item": tfemb.FeatureConfig(table)}, tfemb.Adagrad(0.3))
+
+  def call(self, x):
+    return tf.reduce_sum(self.embedding(x)["item"], axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_model_built_in_its_first_step_trains_like_the_tpu(replicas):
+  """tf_keras builds an unbuilt subclassed model inside its first
+  `strategy.run`, and Keras 3 by calling it on float placeholders there:
+  the tables are created once, across replicas, and train on the global
+  batch."""
+  strategy = tf.distribute.get_strategy() if replicas == 1 else mirrored(2)
+  rng = np.random.default_rng(2)
+  ids = rng.integers(0, 30, size=EXAMPLES)
+  y = rng.normal(size=(EXAMPLES, 1)).astype(np.float32)
+  batches = tf.data.Dataset.from_tensor_slices(({"item": ids}, y)).batch(
+      GLOBAL_BATCH)
+  with strategy.scope():
+    table = tfemb.TableConfig(30, 4, name="items",
+                              initializer=tf.constant_initializer(INIT))
+    model = UnbuiltModel(table)
+    model.compile(optimizer="sgd", loss="mse")
+  assert not model.embedding.built
+  model.fit(batches, epochs=2, verbose=0)
+
+  expected = reference.Table(INIT, "adagrad", {})
+  for _ in range(2):
+    for start in range(0, EXAMPLES, GLOBAL_BATCH):
+      batch_ids = ids[start:start + GLOBAL_BATCH]
+      pred = expected.w[batch_ids].sum(axis=1)
+      # d(mean squared error)/d(activation), the same for every column.
+      grad = 2 * (pred - y[start:start + GLOBAL_BATCH, 0]) / GLOBAL_BATCH
+      pairs = [(i, np.full(4, g)) for i, g in zip(batch_ids, grad)]
+      expected.apply(reference.row_gradients(pairs), 0.3)
+  variables = model.embedding.embedding_variables[table]
+  copies = getattr(variables["parameters"], "values",
+                   (variables["parameters"],))
+  assert len(copies) == replicas
+  for name, want in [("parameters", expected.w),
+                     ("accumulators", expected.slots["accumulators"])]:
+    for copy in getattr(variables[name], "values", (variables[name],)):
+      np.testing.assert_allclose(copy.numpy(), want, rtol=1e-5, atol=1e-6,
+                                 err_msg=name)

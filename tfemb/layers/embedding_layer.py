@@ -42,6 +42,26 @@ _OPTIMIZERS_BY_NAME = {
 }
 
 
+def _in_keras_symbolic_pass() -> bool:
+  """True while Keras 3 runs a layer on placeholders to learn its output
+  shapes (`keras.ops`' `compute_output_spec`), never on data."""
+  if not _KERAS_3:
+    return False
+  try:
+    from keras.src.backend.common import symbolic_scope  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return False
+  return symbolic_scope.in_symbolic_scope()
+
+
+def _placeholders_as_ids(features):
+  """Keras 3 builds an unbuilt subclassed model by calling it on float32
+  placeholders of the input shapes (`Model.build`); they carry shapes, not
+  data, so they are read as ids, as Keras' own `Embedding` reads them."""
+  return tf.nest.map_structure(
+      lambda x: tf.cast(x, tf.int32) if x.dtype.is_floating else x, features)
+
+
 def normalize_optimizer(optimizer):
   """An embedding optimizer from any form the layer accepts."""
   from tfemb import optimizers  # pylint: disable=g-import-not-at-top
@@ -203,6 +223,8 @@ class TPUEmbedding(tf.keras.layers.Layer):
       return tf.tpu.experimental.embedding.serving_embedding_lookup(
           features, weights, self._engine.serving_tables(), serving_config)
     self._check_strategy()
+    if _in_keras_symbolic_pass():
+      features = _placeholders_as_ids(features)
     return self._engine.lookup(features, weights, getattr(self, _DUMMY_NAME),
                                training)
 
