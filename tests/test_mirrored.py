@@ -346,3 +346,37 @@ def test_a_mirrored_step_reads_rows_not_tables(kind, host_path):
     for out in op.outputs:
       dims = out.shape.as_list() if out.shape.rank is not None else []
       assert vocab not in dims, (op.type, op.name)
+
+
+def test_an_enqueue_per_device():
+  """valid_input_test.test_enqueue_per_device: each replica's batch
+  enqueued with `device=` (from `experimental_distribute_values_from_
+  function`) is what that replica dequeues."""
+  strategy = mirrored(2)
+  init = np.arange(40, dtype=np.float64).reshape(10, 4)
+  with strategy.scope():
+    table = tfemb.TableConfig(10, 4, name="t", combiner="sum",
+                              initializer=tf.constant_initializer(init))
+    embedding = tfemb.TPUEmbedding({"f": tfemb.FeatureConfig(table)},
+                                   tfemb.SGD(0.1))
+  rows = [[1], [2, 3], [4, 5], [6, 9]]
+
+  @tf.function
+  def step():
+    def enqueue_one(context):
+      index = context.replica_id_in_sync_group
+      mine = helpers.sparse(rows[2 * index:2 * index + 2])
+      embedding.enqueue({"f": mine}, training=False,
+                        device=strategy.extended.worker_devices[index])
+      return 0.0
+
+    data = strategy.experimental_distribute_values_from_function(enqueue_one)
+    return strategy.run(lambda unused: embedding.dequeue(), args=(data,))
+
+  per_replica = strategy.experimental_local_results(step()["f"])
+  for index, got in enumerate(per_replica):
+    np.testing.assert_allclose(
+        got.numpy(), reference.combine(init, rows[2 * index:2 * index + 2],
+                                       "sum"))
+  with pytest.raises(ValueError, match="no replica of this worker"):
+    embedding.enqueue({"f": helpers.sparse(rows[:2])}, device="/cpu:3")

@@ -2,6 +2,7 @@
 default, what TensorFlow's TPU engine refuses, with the same kind of error
 and message, at build or at the first call. One test per rule."""
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -35,15 +36,23 @@ INPUT_RULES = [
      "Only rank 2 ragged tensor"),
     ("no weights for dense ids",
      lambda: enqueue(tf.constant([1]), tf.constant([1.0])), ValueError,
-     "Weight specified for dense input f"),
+     "Weight specified for dense input f, which is not allowed"),
     ("weights of the ids' kind",
      lambda: enqueue(helpers.ragged([[1]]),
                      helpers.sparse([[1]], [[1.0]], tf.float32)),
-     ValueError, "does not match type input"),
-    ("a ragged output_shape is a multiple of the batch",
+     ValueError, "which does not match type input which is RaggedTensor."),
+    ("sparse weights for sparse ids",
+     lambda: enqueue(helpers.sparse([[1]]), helpers.ragged([[1.0]],
+                                                           tf.float32)),
+     ValueError, "which does not match type input which is SparseTensor."),
+    ("a ragged batch matches a one-dimensional output_shape",
      lambda: enqueue(helpers.ragged([[1], [2], [3]]),
                      feature_kwargs=dict(output_shape=[4])),
-     ValueError, "should be the factor of the input data batch size"),
+     ValueError, "Inconsistent shape founded for input feature f"),
+    ("dense ids match the output_shape",
+     lambda: enqueue(tf.constant([1, 2, 3]),
+                     feature_kwargs=dict(output_shape=[4])),
+     ValueError, "Inconsistent shape founded for input feature f"),
     ("a sequence feature takes sparse or ragged ids",
      lambda: enqueue(tf.constant([1, 2]),
                      feature_kwargs=dict(max_sequence_length=2)),
@@ -115,3 +124,38 @@ def test_build_input_shapes_match_the_feature_structure():
   with pytest.raises((ValueError, TypeError)):
     emb.build(per_replica_input_shapes=[tf.TensorShape([2]),
                                         tf.TensorShape([2])])
+
+
+def test_build_refuses_shapes_that_are_not_fully_defined():
+  emb = embedding()
+  with pytest.raises(ValueError, match="Input Feature f has output shape"):
+    emb.build([tf.TensorShape([1, None, None])])
+  # A shape fixed before (here as a FeatureConfig's would be) wins over a
+  # partial one given to build.
+  emb = embedding()
+  emb._output_shapes = [tf.TensorShape([2, 4])]  # pylint: disable=protected-access
+  emb.build([tf.TensorShape([2, None, None])])
+  assert emb._output_shapes == [tf.TensorShape([2, 4])]  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("gradients,error", [((1,), ValueError),
+                                             ([1], TypeError)])
+def test_bad_gradients_are_named_before_the_missing_batch(gradients, error):
+  """As TensorFlow's invalid-input test: a non-tensor gradient (or one of
+  another structure) is reported as such, even before any dequeue."""
+  table = tfemb.TableConfig(10, 2, name="t")
+  emb = tfemb.TPUEmbedding((tfemb.FeatureConfig(table),), tfemb.SGD(0.1))
+  emb.build(2)
+  message = ("found non-tensor type" if error is ValueError else
+             "same nested structure")
+  with pytest.raises(error, match=message):
+    tf.function(lambda: emb.apply_gradients(gradients))()
+  with pytest.raises(error, match=message):
+    emb.apply_gradients(gradients)
+
+
+def test_a_numpy_gradient_is_not_a_tensor():
+  emb = enqueue(tf.constant([1, 2]))
+  emb.dequeue()
+  with pytest.raises(ValueError, match="found non-tensor type"):
+    emb.apply_gradients({"f": np.zeros([2, 2], np.float32)})

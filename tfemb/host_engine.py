@@ -190,6 +190,11 @@ class HostEmbedding(table_variables.TableVariables):
     if shapes is not None:
       self._check_output_shapes(shapes)
       self._update_output_shapes(shapes)
+    # TF's TPU rule, for the shapes known so far: a shape given with a
+    # dimension of None is refused here. (TF's TPU engine also refuses a
+    # plain `build()` before any shape is known; here, as in TensorFlow's
+    # serving class, the shapes then come from the first enqueue.)
+    self._check_output_shapes_fully_defined(known_rank_only=True)
     # Created under the strategy the object was made in (mirrored copies
     # under MirroredStrategy), whenever the first enqueue happens.
     def create(*unused_strategy):
@@ -206,6 +211,30 @@ class HostEmbedding(table_variables.TableVariables):
     # A step's buffers, freed, stay in the process at any table size.
     heap.keep_freed_buffers()
     self._built = True
+
+  # TensorFlow's TPUEmbedding copies the tables between the TPU and their
+  # host variables with these (its tests call them around every check);
+  # on the host the variables are the tables, so there is nothing to copy.
+  def _load_variables(self):
+    pass
+
+  def _retrieve_variables(self):
+    pass
+
+  def _create_config_proto(self):
+    """The `TPUEmbeddingConfiguration` TensorFlow's TPU engine would build
+    for these configs and output shapes under the current strategy (one
+    replica per device, one host per worker)."""
+    from tfemb.tpu import config_proto  # pylint: disable=g-import-not-at-top
+    self._check_output_shapes_fully_defined()
+    resolved = config_proto.resolve(self._feature_config, None)
+    extended = self._strategy.extended
+    return config_proto.config_proto(
+        resolved, self._output_shapes,
+        num_replicas=self._strategy.num_replicas_in_sync,
+        num_hosts=getattr(extended, "num_hosts", 1),
+        pipeline_execution_with_tensor_core=(
+            self._pipeline_execution_with_tensor_core))
 
   @staticmethod
   def _output_shape_from_input_shape(shape, feature):
@@ -249,17 +278,13 @@ class HostEmbedding(table_variables.TableVariables):
 
   # --- lookups ------------------------------------------------------------
 
-  def _flatten_inputs(self, features, weights, serving):
-    """Validates the structure and turns every feature into a Lookup."""
+  def _flatten_inputs(self, features, weights, serving, fixed_shapes=None):
+    """Validates the structure and turns every feature into a Lookup
+    (`fixed_shapes`: the TPU protocol's activation shapes, per feature)."""
     if serving:
       flat_features = self._match_subset(features)
     else:
-      try:
-        nest.assert_same_structure(self._feature_config, features)
-      except (ValueError, TypeError) as e:
-        raise type(e)(
-            "features must have the structure of feature_config "
-            f"({self._paths}): {e}") from None
+      self._check_structure(features)
       flat_features = list(range(len(self._features)))
     flat_inputs = nest.flatten(features)
     flat_weights = [None] * len(flat_inputs)
@@ -274,8 +299,17 @@ class HostEmbedding(table_variables.TableVariables):
     lookups = []
     for i, x, w in zip(flat_features, flat_inputs, flat_weights):
       path, feature = self._paths[i], self._features[i]
-      lookups.append(inputs.to_lookup(path, x, w, feature, serving=serving))
+      lookups.append(inputs.to_lookup(
+          path, x, w, feature, serving=serving,
+          fixed_shape=None if fixed_shapes is None else fixed_shapes[i]))
     return flat_features, lookups
+
+  def _check_structure(self, value, what="features"):
+    try:
+      nest.assert_same_structure(self._feature_config, value)
+    except (ValueError, TypeError) as e:
+      raise type(e)(f"{what} must have the structure of feature_config "
+                    f"({self._paths}): {e}") from None
 
   def _match_subset(self, features):
     """For direct lookups: the inputs' paths must be features' paths."""
@@ -431,24 +465,39 @@ class HostEmbedding(table_variables.TableVariables):
   def _prepare(self, features, weights, tpu_rules=False) -> _Batch:
     """Checks the inputs (building on first use) and deduplicates the ids.
 
-    With `tpu_rules` (the TPU protocol's `enqueue`), the activation shapes
-    must also be fully known, as the TPU engine requires: a batch dimension
-    of None (e.g. `Dataset.batch` without `drop_remainder=True`) is refused
+    With `tpu_rules` (the TPU protocol's `enqueue`), the shapes follow the
+    TPU engine: the inputs' own shapes are checked against the shapes fixed
+    by the FeatureConfigs, `build` or the first enqueue, which then shape
+    the activations, and they must be fully known: a batch dimension of
+    None (e.g. `Dataset.batch` without `drop_remainder=True`) is refused
     here as it would be on a TPU.
     """
+    if tpu_rules:
+      self._check_structure(features)
+      flat = [inputs.as_input(x) for x in nest.flatten(features)]
+      for path, x in zip(self._paths, flat):
+        error = inputs.input_shape_error(path, x)
+        if error:
+          raise ValueError(error)
+      self._maybe_build([inputs.enqueue_output_shape(x, f)
+                         for x, f in zip(flat, self._features)])
+      self._check_output_shapes_fully_defined()
+      feature_ids, lookups = self._flatten_inputs(
+          features, weights, False, list(self._output_shapes))
+      return self._gather_batch(feature_ids, lookups, fused=True)
     feature_ids, lookups = self._flatten_inputs(features, weights, False)
     shapes = [
         inputs.output_shape_from_input(x, f)
         for x, f in zip(nest.flatten(features), self._features)
     ]
     self._maybe_build(shapes)
-    if tpu_rules:
-      self._check_output_shapes_fully_defined()
     return self._gather_batch(feature_ids, lookups, fused=True)
 
-  def _check_output_shapes_fully_defined(self):
+  def _check_output_shapes_fully_defined(self, known_rank_only=False):
     """TF's TPU rule: every feature's activation shape fully known."""
     for path, shape in zip(self._paths, self._output_shapes):
+      if known_rank_only and shape.rank is None:
+        continue
       if not shape.is_fully_defined():
         raise ValueError(
             f"Input Feature {path} has output shape set as {shape} which is "
@@ -568,10 +617,18 @@ class HostEmbedding(table_variables.TableVariables):
 
     Builds the object on first use (from the inputs' shapes), checks the
     inputs against the shapes fixed by then, and prepares the lookup. The
-    next `dequeue` in the same function (or eagerly) returns its activations.
+    next `dequeue` in the same function (or eagerly) returns its activations
+    (with `device`, the next `dequeue` of the replica on that device).
     """
-    del name, device
-    if replicas.is_distributed(features):
+    del name
+    if device is not None:
+      # One replica's batch, given outside strategy.run (e.g. from
+      # `experimental_distribute_values_from_function`).
+      index = replicas.index_of_device(device, self._strategy)
+      with tf.device(device):
+        batches = {index: (self._prepare(features, weights, tpu_rules=True),
+                           bool(training))}
+    elif replicas.is_distributed(features):
       # Outside strategy.run, with a distributed batch: one per replica.
       local = replicas.split((features, weights), self._strategy)
       devices = replicas.local_devices(self._strategy)
@@ -629,6 +686,7 @@ class HostEmbedding(table_variables.TableVariables):
     key, index = _graph_key(), replicas.local_index()
     backward = self._dequeued.get(key, {}).get(index)
     if backward is None:
+      self._check_gradients(gradients)  # TF's errors for bad gradients first
       raise RuntimeError(
           "apply_gradients needs a batch enqueued with training=True and "
           "dequeued in this function (or eagerly), and can be called once "
@@ -637,11 +695,7 @@ class HostEmbedding(table_variables.TableVariables):
     del self._dequeued[key][index]
 
   def _check_gradients(self, gradients):
-    try:
-      nest.assert_same_structure(self._feature_config, gradients)
-    except (ValueError, TypeError) as e:
-      raise type(e)("gradients must have the structure of feature_config "
-                    f"({self._paths}): {e}") from None
+    self._check_structure(gradients, "gradients")
     flat = []
     for path, grad, shape, feature in zip(self._paths,
                                           nest.flatten(gradients),
@@ -654,9 +708,8 @@ class HostEmbedding(table_variables.TableVariables):
             path)
         flat.append(None)
         continue
-      if not isinstance(grad, tf.Tensor) and not hasattr(grad, "dtype"):
+      if not isinstance(grad, tf.Tensor):  # as TF: no numpy, no lists
         raise ValueError(f"found non-tensor type: {type(grad)} at path {path}.")
-      grad = tf.convert_to_tensor(grad)
       if not grad.dtype.is_floating:
         raise ValueError(f"Gradient at path {path} must be a float tensor, "
                          f"got dtype {grad.dtype.name}.")

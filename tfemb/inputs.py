@@ -154,15 +154,18 @@ def sparse_lookup(x, w, feature) -> Lookup:
   return Lookup(x.values, segments, scales, num, outer, x.shape[:-1])
 
 
-def ragged_lookup(x, w, feature) -> Lookup:
+def ragged_lookup(x, w, feature, output_shape=None) -> Lookup:
+  """`output_shape`: the activation shape asked for (default: the
+  feature's); more elements than rows make each row a sequence."""
+  output_shape = output_shape or feature.output_shape
   combiner = feature.table.combiner
   rows = x.nrows(out_type=tf.int64)
   row_ids = tf.cast(x.value_rowids(), tf.int64)
   weights = None if w is None else tf.cast(w.values, tf.float32)
   batch = x.shape[0]
   length = None
-  if feature.output_shape:
-    total = feature.output_shape.num_elements()
+  if output_shape:
+    total = output_shape.num_elements()
     if batch is not None and total != batch:
       if total > batch and total % batch == 0:
         length = total // batch
@@ -170,7 +173,7 @@ def ragged_lookup(x, w, feature) -> Lookup:
         raise ValueError(
             "Output shape set in the FeatureConfig should be the factor of "
             "the input data batch size. But instead got output shape "
-            f"{feature.output_shape}, input data batch size {batch}")
+            f"{output_shape}, input data batch size {batch}")
   elif feature.max_sequence_length > 0:
     length = feature.max_sequence_length
   if length is not None:
@@ -189,32 +192,55 @@ def ragged_lookup(x, w, feature) -> Lookup:
                 tf.TensorShape([batch]))
 
 
-def _as_input(x):
+def as_input(x):
   if isinstance(x, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor)):
     return x
   return tf.convert_to_tensor(x)  # numpy arrays, lists, variables
 
 
-def to_lookup(path, x, w, feature, serving=False) -> Lookup:
-  """Validates one feature's input (and weights) and flattens it."""
-  x = _as_input(x)
-  w = None if w is None else _as_input(w)
+def enqueue_output_shape(x, feature) -> tf.TensorShape:
+  """TF's TPU enqueue: the activation shape (without dim) an input asks
+  for, before the shape fixed by the FeatureConfig or `build` is applied
+  (`_get_input_shape_for_*` then `_get_output_shapes_from_input_shapes`)."""
+  shape = tf.TensorShape(x.shape)
+  if (kind_of(x) != "dense" and shape.rank == 2 and
+      not feature.output_shape and feature.max_sequence_length > 0):
+    return tf.TensorShape([shape[0], feature.max_sequence_length])
+  return shape if shape.rank == 1 else shape[:-1]
+
+
+def to_lookup(path, x, w, feature, serving=False,
+              fixed_shape=None) -> Lookup:
+  """Validates one feature's input (and weights) and flattens it.
+
+  `fixed_shape`: the activation shape the TPU protocol has fixed for the
+  feature (its FeatureConfig's, `build`'s or the first enqueue's). As on
+  a TPU, a ragged feature whose fixed shape has a second dimension (e.g.
+  from `build`) is a sequence of that length.
+  """
+  x = as_input(x)
+  w = None if w is None else as_input(w)
   kind = kind_of(x)
   if not x.dtype.is_integer:
     raise TypeError(
         f"Feature {path!r}: ids must be an integer tensor, got dtype "
         f"{x.dtype.name}.")
   if w is not None:
+    # The messages of TensorFlow's serving class (direct lookups) and of
+    # its TPU enqueue (training batches).
     if kind == "dense":
       raise ValueError(
+          f"Weight specified for {path}, but input is dense." if serving else
           f"Weight specified for dense input {path}, which is not allowed. "
           "Weight will always be 1 in this case.")
     if kind_of(w) != kind:
       raise ValueError(
+          f"Weight for {path} is of type {type(w)} but it does not match "
+          f"type of the input which is {type(x)}." if serving else
           f"Weight for {path} is type {type(w)} which does not match type "
-          f"input which is {type(x)}.")
-    if is_sequence(feature, x.shape.rank) or (
-        kind == "ragged" and feature.max_sequence_length > 0):
+          f"input which is {type(x).__name__}.")
+    if feature.max_sequence_length > 0 and (
+        serving or kind == "ragged" or is_sequence(feature, x.shape.rank)):
       raise ValueError(
           f"Weight specified for {path}, but this is a sequence feature.")
     if not w.dtype.is_floating:
@@ -223,6 +249,10 @@ def to_lookup(path, x, w, feature, serving=False) -> Lookup:
   error = input_shape_error(path, x, serving)
   if error:
     raise ValueError(error)
+  output_shape = feature.output_shape
+  if (not output_shape and kind == "ragged" and fixed_shape is not None and
+      feature.max_sequence_length == 0 and (fixed_shape.rank or 0) > 1):
+    output_shape = fixed_shape
   checks = []
   if feature.validate_weights_and_indices and kind != "dense":
     if kind == "sparse":
@@ -242,10 +272,10 @@ def to_lookup(path, x, w, feature, serving=False) -> Lookup:
   elif kind == "sparse":
     lookup = sparse_lookup(x, w, feature)
   else:
-    lookup = ragged_lookup(x, w, feature)
+    lookup = ragged_lookup(x, w, feature, output_shape)
   ids = tf.cast(lookup.ids, tf.int64)
-  if feature.output_shape:
-    configured = tf.constant(feature.output_shape.as_list(), tf.int64)
+  if output_shape:
+    configured = tf.constant(output_shape.as_list(), tf.int64)
     lookup = lookup._replace(output_shape=configured,
-                             static_shape=feature.output_shape)
+                             static_shape=output_shape)
   return lookup._replace(ids=ids, checks=tuple(checks))

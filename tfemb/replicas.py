@@ -15,6 +15,7 @@ dense all-reduce.
 from typing import Any, List, Tuple
 
 import tensorflow as tf
+from tensorflow.python.distribute import device_util  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.distribute import distribute_utils  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.distribute import values as values_lib  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.distribute import values_util  # pylint: disable=g-direct-tensorflow-import
@@ -30,6 +31,18 @@ def local_devices(strategy=None) -> List[str]:
   """This worker's replica devices under `strategy` (default: current)."""
   strategy = strategy or tf.distribute.get_strategy()
   return list(strategy.extended.worker_devices)
+
+
+def index_of_device(device: str, strategy) -> int:
+  """The index among this worker's replicas of the one on `device`."""
+  wanted = tf.DeviceSpec.from_string(device_util.canonicalize(device))
+  devices = local_devices(strategy)
+  for i, name in enumerate(devices):
+    if tf.DeviceSpec.from_string(device_util.canonicalize(name)) == wanted:
+      return i
+  raise ValueError(f"enqueue(device={device!r}): no replica of this worker "
+                   f"runs on that device; its replicas' devices are "
+                   f"{devices}.")
 
 
 def split(structure: Any, strategy) -> List[Any]:

@@ -209,10 +209,23 @@ class TableVariables(autotrackable.AutoTrackable):
 
   @property
   def variables(self) -> Dict[Any, Dict[str, tf.Variable]]:
-    """A dict of `{"parameters": table, slot name: slot}`, by `TableConfig`."""
+    """A dict of `{"parameters": table, slot name: slot}`, by `TableConfig`
+    (as TensorFlow documents it); `variables["name"]` also finds a table by
+    its name (as TensorFlow's serving class in fact keys it)."""
     self._maybe_build()
-    return {table: dict(self._variables[table.name])
-            for table in self._table_config}
+    return _ByTableConfig({table: dict(self._variables[table.name])
+                           for table in self._table_config})
+
+
+class _ByTableConfig(dict):
+  """Keyed by `TableConfig`; a table's name is also accepted as a key."""
+
+  def __missing__(self, key):
+    if isinstance(key, str):
+      for table, value in self.items():
+        if table.name == key:
+          return value
+    raise KeyError(key)
 
 
 def gather_rows(variable, ids):
