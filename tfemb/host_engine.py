@@ -278,9 +278,13 @@ class HostEmbedding(table_variables.TableVariables):
 
   # --- lookups ------------------------------------------------------------
 
-  def _flatten_inputs(self, features, weights, serving, fixed_shapes=None):
-    """Validates the structure and turns every feature into a Lookup
-    (`fixed_shapes`: the TPU protocol's activation shapes, per feature)."""
+  def _flatten_inputs(self, features, weights, serving):
+    """Validates the structure and turns every feature into a Lookup."""
+    return self._lookups(*self._flat_inputs(features, weights, serving),
+                         serving)
+
+  def _flat_inputs(self, features, weights, serving):
+    """Checks the structures; the feature indices, inputs and weights."""
     if serving:
       flat_features = self._match_subset(features)
     else:
@@ -296,6 +300,13 @@ class HostEmbedding(table_variables.TableVariables):
                       f"with None where a feature has no weights: {e}"
                      ) from None
       flat_weights = nest.flatten(weights)
+    return (flat_features, [inputs.as_input(x) for x in flat_inputs],
+            flat_weights)
+
+  def _lookups(self, flat_features, flat_inputs, flat_weights, serving,
+               fixed_shapes=None):
+    """One Lookup per input (`fixed_shapes`: the TPU protocol's activation
+    shapes, per feature)."""
     lookups = []
     for i, x, w in zip(flat_features, flat_inputs, flat_weights):
       path, feature = self._paths[i], self._features[i]
@@ -473,17 +484,17 @@ class HostEmbedding(table_variables.TableVariables):
     here as it would be on a TPU.
     """
     if tpu_rules:
-      self._check_structure(features)
-      flat = [inputs.as_input(x) for x in nest.flatten(features)]
-      for path, x in zip(self._paths, flat):
+      feature_ids, flat, flat_weights = self._flat_inputs(features, weights,
+                                                          False)
+      for path, x in zip(self._paths, flat):  # before any shape is fixed
         error = inputs.input_shape_error(path, x)
         if error:
           raise ValueError(error)
       self._maybe_build([inputs.enqueue_output_shape(x, f)
                          for x, f in zip(flat, self._features)])
       self._check_output_shapes_fully_defined()
-      feature_ids, lookups = self._flatten_inputs(
-          features, weights, False, list(self._output_shapes))
+      feature_ids, lookups = self._lookups(feature_ids, flat, flat_weights,
+                                           False, list(self._output_shapes))
       return self._gather_batch(feature_ids, lookups, fused=True)
     feature_ids, lookups = self._flatten_inputs(features, weights, False)
     shapes = [

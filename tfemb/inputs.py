@@ -154,10 +154,9 @@ def sparse_lookup(x, w, feature) -> Lookup:
   return Lookup(x.values, segments, scales, num, outer, x.shape[:-1])
 
 
-def ragged_lookup(x, w, feature, output_shape=None) -> Lookup:
-  """`output_shape`: the activation shape asked for (default: the
-  feature's); more elements than rows make each row a sequence."""
-  output_shape = output_shape or feature.output_shape
+def ragged_lookup(x, w, feature, output_shape) -> Lookup:
+  """`output_shape`: the activation shape asked for (unknown: none); more
+  elements than rows make each row a sequence."""
   combiner = feature.table.combiner
   rows = x.nrows(out_type=tf.int64)
   row_ids = tf.cast(x.value_rowids(), tf.int64)

@@ -66,11 +66,10 @@ def in_place_here(variables: Dict[str, tf.Variable]) -> bool:
   for a table with several mirrored copies outside a replica's context of
   its own strategy (there a write must reach every copy: TensorFlow's
   mirrored ops)."""
-  context = tf.distribute.get_replica_context()
   for v in variables.values():
     v = _storage(v)
-    if len(replicas.copies(v)) > 1 and (
-        context is None or context.strategy is not v.distribute_strategy):
+    if len(replicas.copies(v)) > 1 and not replicas.in_replica_context_of(
+        v.distribute_strategy):
       return False
   return True
 
