@@ -2,6 +2,8 @@
 
     python -m benchmarks.kernel_ab --base HEAD~1 --optimizer sgd --vocab 5000000
     python -m benchmarks.kernel_ab --base 90a2bc6 --optimizer adam --vocab 100000
+    python -m benchmarks.kernel_ab --base HEAD --base-march x86-64 \
+        --optimizer adam
 
 A kernel change worth 5-10% of the embedding step is smaller than what this
 shared host's neighbours do to the same step from one minute to the next
@@ -48,6 +50,9 @@ def parse_args(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--base", default="HEAD",
                  help="git revision whose kernels to compare with")
+  p.add_argument("--base-march", default=None,
+                 help="compile the base for this -march (e.g. x86-64, the "
+                 "compiler's default) instead of the current build's")
   p.add_argument("--optimizer", default="sgd",
                  choices=workload_lib.OPTIMIZERS)
   p.add_argument("--vocab", type=int, default=1_000_000)
@@ -77,18 +82,22 @@ def _git_show(revision: str, name: str) -> str:
   return done.stdout
 
 
-def build_base(revision: str) -> str:
-  """Compiles the renamed kernels of `revision` (cached); returns the .so."""
+def build_base(revision: str, march=None) -> str:
+  """Compiles the renamed kernels of `revision` (cached); returns the .so.
+  Same flags as the current build, or `-march=<march>` instead of its
+  target."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tfemb.kernels import build  # pylint: disable=g-import-not-at-top
 
   sources = {name: rename(_git_show(revision, name)) for name in FILES}
-  flags = build.CXXFLAGS + tf.sysconfig.get_compile_flags()
+  target, target_key = build.target(march)
+  flags = build.CXXFLAGS + target + tf.sysconfig.get_compile_flags()
   key = hashlib.sha256()
   for name in FILES:
     key.update(sources[name].encode())
   key.update(tf.__version__.encode())
   key.update(" ".join(flags).encode())
+  key.update(target_key.encode())
   where = os.path.join(build.cache_dir(), f"base-{key.hexdigest()[:16]}")
   library = os.path.join(where, "tfemb_base_kernels.so")
   if os.path.exists(library):
@@ -97,7 +106,7 @@ def build_base(revision: str) -> str:
   for name, text in sources.items():
     with open(os.path.join(where, name), "w") as f:
       f.write(text)
-  compiler = os.environ.get("CXX", "c++")
+  compiler = build.compiler()
   partial = f"{library}.{os.getpid()}.tmp"  # another process may build too
   command = ([compiler] + flags +
              [os.path.join(where, n) for n in FILES if n.endswith(".cc")] +
@@ -192,7 +201,7 @@ def compare(args) -> dict:
   from tfemb.kernels import build  # pylint: disable=g-import-not-at-top
 
   current = build.load()
-  base = Renamed(tf.load_op_library(build_base(args.base)))
+  base = Renamed(tf.load_op_library(build_base(args.base, args.base_march)))
   identical = check_same_numbers(base, current, args.optimizer)
 
   work, tables, start, batches, width = _setup(args.vocab, args.optimizer,
@@ -215,7 +224,8 @@ def compare(args) -> dict:
                          (args.calls * len(batches)) * 1e3)
   base_ms, current_ms = (float(np.median(times[k]))
                          for k in ("base", "current"))
-  return {"base": args.base, "optimizer": args.optimizer,
+  return {"base": args.base, "base_march": args.base_march,
+          "optimizer": args.optimizer,
           "vocab": args.vocab, "rounds": args.rounds,
           "identical_numbers": identical, "base_ms": base_ms,
           "current_ms": current_ms, "ratio": current_ms / base_ms}

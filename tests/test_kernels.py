@@ -114,6 +114,97 @@ def test_a_built_library_is_reused_without_compiling(monkeypatch):
   assert build.build() == path
 
 
+# Three steps of every rule the kernels implement, with clipping and weight
+# decay, rows of 37 floats (not a multiple of any vector width); saves the
+# tables to argv[1].
+_EVERY_RULE = """
+import sys
+import numpy as np
+import tensorflow as tf
+import tfemb
+from tfemb.kernels import build
+
+assert build.load() is not None
+optimizers = {
+    "sgd": tfemb.SGD(0.3, clipvalue=(-0.4, 0.5), weight_decay_factor=0.01,
+                     clip_weight_min=-2.0, clip_weight_max=2.5),
+    "adagrad": tfemb.Adagrad(
+        0.2, weight_decay_factor=0.02,
+        multiply_weight_decay_factor_by_learning_rate=True),
+    "momentum": tfemb.AdagradMomentum(0.1, momentum=0.9, use_nesterov=True,
+                                      exponent=3.0, beta2=0.99, epsilon=1e-4),
+    "adam": tfemb.Adam(0.05, epsilon=1e-3),
+    "adam_inside": tfemb.Adam(0.05, sum_inside_sqrt=False),
+    "ftrl": tfemb.FTRL(0.2, l1_regularization_strength=0.01,
+                       l2_regularization_strength=0.1, beta=0.2),
+    "ftrl_power": tfemb.FTRL(0.2, learning_rate_power=-0.6,
+                             multiply_linear_by_learning_rate=True),
+}
+tables = {n: tfemb.TableConfig(50, 37, name=n, optimizer=o,
+                               initializer=tf.random_normal_initializer(seed=1))
+          for n, o in optimizers.items()}
+embedding = tfemb.TPUEmbedding(
+    {n: tfemb.FeatureConfig(t, name=n) for n, t in tables.items()}, None)
+rng = np.random.default_rng(0)
+
+@tf.function
+def step(ids, grads):
+  embedding.enqueue(ids, training=True)
+  embedding.dequeue()
+  embedding.apply_gradients(grads)
+
+for _ in range(3):
+  ids = {n: tf.constant(rng.integers(0, 50, 64)) for n in tables}
+  step(ids, {n: tf.constant(rng.normal(size=(64, 37)), tf.float32)
+             for n in tables})
+types = [op.type for op in step.get_concrete_function(ids, {
+    n: tf.zeros([64, 37]) for n in tables}).graph.get_operations()]
+assert types.count("TfembApplyRows") == len(tables), types
+np.savez(sys.argv[1], **{n: embedding.embedding_tables[t].numpy()
+                         for n, t in tables.items()})
+"""
+
+
+def test_every_cpu_target_computes_the_same_floats(tmp_path):
+  # The kernels compile for the machine's CPU (-march=native: AVX2 and FMA
+  # units here); every rule must give the same bits as the compiler's
+  # default target (no fused multiply-adds, correctly rounded sqrt and
+  # division, pow from libm).
+  results = {}
+  for march in ("native", "x86-64"):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TFEMB_KERNEL_MARCH=march,
+               TFEMB_KERNEL_CACHE=str(tmp_path / "cache"))
+    out = tmp_path / f"{march}.npz"
+    done = subprocess.run([sys.executable, "-c", _EVERY_RULE, str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results[march] = dict(np.load(out))
+  assert len([f for f in os.listdir(tmp_path / "cache")
+              if f.endswith(".so")]) == 2  # one build per target
+  for name, native in results["native"].items():
+    np.testing.assert_array_equal(native, results["x86-64"][name],
+                                  err_msg=name)
+
+
+def test_the_cache_keeps_a_build_per_cpu_target(monkeypatch):
+  # A cache directory shared by machines with different CPUs (a network
+  # home) holds one build for each: `native` is expanded by the compiler.
+  here = build.library_path()
+  monkeypatch.setattr(build, "target", lambda march=None: (
+      ["-march=native"], "-march=znver9 -mavx1024"))
+  assert build.library_path() != here
+  monkeypatch.setattr(build, "target", lambda march=None: ([], ""))
+  assert build.library_path() != here
+
+
+def test_a_march_the_compiler_refuses_compiles_for_its_default():
+  assert build.target("no-such-cpu") == ([], "")
+  assert build.target("") == ([], "")
+  flags, expansion = build.target("native")
+  assert flags == ["-march=native"] and expansion
+
+
 def test_ids_out_of_range_raise_even_without_validation(engine_path):
   # With validate_weights_and_indices=False the kernel still checks the
   # range (it must not read outside the table), naming the feature;
