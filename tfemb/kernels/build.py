@@ -3,12 +3,12 @@
 `embedding_kernels.cc` and `column_split.cc` are compiled with the
 machine's C++ compiler against the installed TensorFlow's headers
 (`tf.sysconfig`) into one library for the machine's own CPU
-(`-march=native`: AVX2 where it has it, ~20% off Adam's embedding step), in
-a cache directory keyed by the sources, TensorFlow's version, the flags and
-the CPU the compiler sees, so each machine and TensorFlow version builds it
-once (about 10 seconds) and machines sharing a cache directory each get
-their own build. Without a compiler, or
-with `TFEMB_FUSED_KERNELS=0`, `load()` returns None and the host engine uses
+(`-march=native`: AVX2 where it has it, 14-25% off Adam's embedding
+step), in a cache directory keyed by the sources, TensorFlow's version,
+the flags and the CPU the compiler sees, so each machine and TensorFlow
+version builds it once (about 10 seconds) and machines sharing a cache
+directory each get their own build. Without a compiler, or with
+`TFEMB_FUSED_KERNELS=0`, `load()` returns None and the host engine uses
 TensorFlow's own ops: the same numbers, slower.
 
 Environment: `CXX` (the compiler, default `c++`), `TFEMB_KERNEL_CACHE` (the
