@@ -9,16 +9,18 @@ A kernel change worth 5-10% of the embedding step is smaller than what this
 shared host's neighbours do to the same step from one minute to the next
 (benchmarks/README.md), so processes timed one after another cannot show
 it. This compiles `tfemb/kernels/` as of git revision `--base` under other
-op names (`TfembBase...`, namespace `tfemb_base`), loads it beside the
-working tree's kernels and times the suite's embedding step with either on
-the same tables, in alternating blocks (base then current, then current
-then base, ...): the machine's minutes fall on both alike.
+op names (`TfembBase...`, namespace `tfemb_base`), with the rule table that
+revision generates from its optimizers' declarations (where it has one),
+loads it beside the working tree's kernels and times the suite's embedding
+step with either on the same tables, in alternating blocks (base then
+current, then current then base, ...): the machine's minutes fall on both
+alike.
 
 The step is `benchmarks.layout`'s in the training order (`--order
 lookups-first`): per batch of the workload, the 8 tables' lookups, then
 their row-gradient sums and updates, with a fixed stand-in gradient, tables
-in tfemb's default layout (the slots beside the parameters), both builds
-called through `tfemb.kernels.ops`. Before timing, both builds look up and
+in tfemb's default layout (the slots beside the parameters), both builds'
+ops called directly (`benchmarks.kernel_calls`). Before timing, both builds look up and
 update copies of the same small random tables: the lookups' outputs and the
 tables must agree (to 1e-6; whether bit for bit is printed), or the tool
 stops.
@@ -28,22 +30,32 @@ writes them as JSON.
 """
 
 import argparse
-import hashlib
+import io
 import json
 import os
 import re
 import subprocess
+import sys
+import tarfile
+import tempfile
 import time
 
 import numpy as np
 
+from benchmarks import kernel_calls
 from benchmarks import layout
 from benchmarks import workload as workload_lib
 from benchmarks.stacks import REPO
 
 KERNEL_DIR = "tfemb/kernels"
-FILES = ("embedding_kernels.cc", "column_split.cc", "column_split.h")
 PREFIX = "TfembBase"
+# Prints a revision's generated rule table as JSON (file name, text), run in
+# a copy of that revision's package.
+_RULE_TABLE = """
+import json, sys
+from tfemb.kernels import rule_table
+json.dump([rule_table.FILE_NAME, rule_table.header()], sys.stdout)
+"""
 
 
 def parse_args(argv=None):
@@ -72,39 +84,67 @@ def rename(source: str) -> str:
   return source
 
 
-def _git_show(revision: str, name: str) -> str:
-  path = f"{KERNEL_DIR}/{name}"
-  done = subprocess.run(["git", "-C", REPO, "show", f"{revision}:{path}"],
-                        capture_output=True, text=True, check=False)
+def _git(*args, text=True):
+  done = subprocess.run(["git", "-C", REPO, *args], capture_output=True,
+                        text=text, check=False)
   if done.returncode != 0:
-    raise SystemExit(f"--base {revision}: no {path} there "
-                     f"({done.stderr.strip()})")
+    raise SystemExit(f"git {' '.join(args)}: "
+                     f"{done.stderr.strip() if text else done.stderr}")
   return done.stdout
 
 
+def _generated(revision: str, names):
+  """{file: text} of the rule table `revision` generates from its
+  optimizers' declarations; none for a revision without one."""
+  if "rule_table.py" not in names:
+    return {}
+  archive = _git("archive", revision, "tfemb", text=False)
+  with tempfile.TemporaryDirectory() as where:
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+      tar.extractall(where)
+    done = subprocess.run(
+        [sys.executable, "-c", _RULE_TABLE], cwd=where,
+        env=dict(os.environ, PYTHONPATH=where, TF_CPP_MIN_LOG_LEVEL="3"),
+        capture_output=True, text=True, timeout=300, check=False)
+  if done.returncode != 0:
+    raise SystemExit(f"--base {revision}: its rule table failed:\n"
+                     f"{done.stderr[-2000:]}")
+  name, text = json.loads(done.stdout)
+  return {name: text}
+
+
+def base_sources(revision: str):
+  """{file: renamed text}: the C++ of `tfemb/kernels/` at `revision`, and
+  the rule table it generates."""
+  names = [os.path.basename(p) for p in _git(
+      "ls-tree", "--name-only", revision, f"{KERNEL_DIR}/").split()]
+  sources = {n: _git("show", f"{revision}:{KERNEL_DIR}/{n}")
+             for n in names if n.endswith((".cc", ".h"))}
+  if not sources:
+    raise SystemExit(f"--base {revision}: no C++ in {KERNEL_DIR}")
+  sources.update(_generated(revision, names))
+  return {n: rename(text) for n, text in sources.items()}
+
+
 def build_base(revision: str, march=None) -> str:
-  """Compiles the renamed kernels of `revision` (cached, as tfemb's own
-  build); returns the .so. Same flags as the current build, or
-  `-march=<march>` instead of its target."""
+  """Compiles the renamed kernels of `revision` (cached, with the flags of
+  tfemb's own build); returns the .so. For the current options' CPU
+  target, or `-march=<march>` instead."""
+  from tfemb import options  # pylint: disable=g-import-not-at-top
   from tfemb.kernels import build  # pylint: disable=g-import-not-at-top
 
-  sources = {name: rename(_git_show(revision, name)) for name in FILES}
-  digest = hashlib.sha256("\0".join(sources[n] for n in FILES).encode())
-  where = os.path.join(build.cache_dir(),
-                       f"base-src-{digest.hexdigest()[:16]}")
-  os.makedirs(where, exist_ok=True)
+  march = options.get().kernel_march if march is None else march
+  sources = base_sources(revision)
+  texts = [sources[n] for n in sorted(sources)]
+  key = build.cache_key(sorted(sources) + texts, march)
+  where = os.path.join(build.cache_dir(), f"base-src-{key}")
   for name, text in sources.items():
-    path = os.path.join(where, name)
-    if not os.path.exists(path):
-      partial = f"{path}.{os.getpid()}.tmp"  # another process may write too
-      with open(partial, "w") as f:
-        f.write(text)
-      os.replace(partial, path)
-  paths = [os.path.join(where, n) for n in FILES]
+    build.write_file(os.path.join(where, name), text)
   try:
-    return build.build([p for p in paths if p.endswith(".cc")],
-                       [p for p in paths if p.endswith(".h")],
-                       name="tfemb_base_kernels", march=march)
+    return build.compile_library(
+        os.path.join(build.cache_dir(), f"tfemb_base_kernels-{key}.so"),
+        [os.path.join(where, n) for n in sorted(sources) if n.endswith(".cc")],
+        [where], march)
   except build.KernelUnavailable as e:
     raise SystemExit(str(e)) from e
 
@@ -164,7 +204,6 @@ def check_same_numbers(base, current, optimizer) -> bool:
   agree bit for bit.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfemb.kernels import ops  # pylint: disable=g-import-not-at-top
 
   work, tables, start, batches, width = _setup(1000, optimizer, True)
   results = []
@@ -172,8 +211,8 @@ def check_same_numbers(base, current, optimizer) -> bool:
     variables = [tf.Variable(s) for s in start]
     outputs = [o.numpy() for ids, _ in batches
                for table, v, i, n in zip(tables, variables, ids, work.names)
-               for o in ops.dedup_gather(table, v, [i], [n], row_width=width,
-                                         library=library)]
+               for o in kernel_calls.dedup_gather(library, table, v, [i], [n],
+                                                  row_width=width)]
     _steps(work, tables, variables, batches, width, library)()
     results.append(outputs + [v.numpy() for v in variables])
   same = all(np.array_equal(a, b) for a, b in zip(*results))
@@ -188,9 +227,8 @@ def check_same_numbers(base, current, optimizer) -> bool:
 
 def compare(args) -> dict:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfemb.kernels import build  # pylint: disable=g-import-not-at-top
 
-  current = build.load()
+  current = kernel_calls.default_library()
   base = Renamed(tf.load_op_library(build_base(args.base, args.base_march)))
   identical = check_same_numbers(base, current, args.optimizer)
 

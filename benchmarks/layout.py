@@ -9,10 +9,10 @@ batches per call) on tfemb's fused kernels called directly, with each
 table's parameters and slots in
 
   separate     one [rows, dim] variable each (TensorFlow's layout, and
-               tfemb's by default)
-  interleaved  one [rows, (1 + slots) x dim] variable (tfemb's with
-               TFEMB_INTERLEAVED_SLOTS=1, `tfemb.interleaved_tables`; the
-               kernels' `row_width` / `interleaved`)
+               tfemb's with the option `interleaved_slots=False`)
+  interleaved  one [rows, (1 + slots) x dim] variable (tfemb's default,
+               `tfemb.interleaved_tables`; the kernels' `row_width` /
+               `interleaved`)
 
 Each (layout, size) runs in its own process, one after another, the two
 layouts alternating over `--rounds` (at 5M rows with Adam one layout fills
@@ -76,13 +76,15 @@ def make_steps(tables, variables, batches, names, lr, row_width: int,
   build of the kernels (benchmarks/kernel_ab.py); by default tfemb's.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfemb.kernels import ops  # pylint: disable=g-import-not-at-top
+  from benchmarks import kernel_calls  # pylint: disable=g-import-not-at-top
+
+  library = library or kernel_calls.default_library()
 
   def update(t, unique, positions, grads):
-    row_grads, _ = ops.row_gradients(tables[t], grads, positions, unique,
-                                     True, library=library)
-    ops.apply_rows(tables[t], variables[t], unique, row_grads, lr,
-                   interleaved=row_width > 0, library=library)
+    row_grads, _ = kernel_calls.row_gradients(library, tables[t], grads,
+                                              positions, unique)
+    kernel_calls.apply_rows(library, tables[t], variables[t], unique,
+                            row_grads, lr, interleaved=row_width > 0)
 
   @tf.function
   def steps():
@@ -90,9 +92,9 @@ def make_steps(tables, variables, batches, names, lr, row_width: int,
     for ids, grads in batches:
       looked_up = []
       for t, table in enumerate(tables):
-        unique, positions, rows = ops.dedup_gather(
-            table, variables[t]["parameters"], [ids[t]], [names[t]],
-            row_width=row_width, library=library)
+        unique, positions, rows = kernel_calls.dedup_gather(
+            library, table, variables[t]["parameters"], [ids[t]],
+            [names[t]], row_width=row_width)
         total += rows[0, 0]
         if order == "per-table":
           update(t, unique, positions, grads[t])

@@ -11,12 +11,12 @@ workload of `benchmarks.compare`) in one of these modes:
 * `plain`: no strategy, the default (Adagrad's and Adam's slots interleaved
   with the parameters);
 * `plain-separate`: no strategy, each table and slot its own variable
-  (`TFEMB_INTERLEAVED_SLOTS=0`), the layout mirrored tables have;
+  (the option `interleaved_slots=False`), the layout mirrored tables have;
 * `mirrored`: under `MirroredStrategy(["/cpu:0"])`, the fused kernels on
   the replica's copy;
-* `mirrored-tf-ops`: the same with `TFEMB_FUSED_KERNELS=0`: TensorFlow's
-  ops, as where the kernels cannot be used (tables on GPUs, no compiler),
-  and as all mirrored tables trained before 2026-11-24 17:20 UTC.
+* `mirrored-tf-ops`: the same with the option `fused_kernels=False`:
+  TensorFlow's ops, as where the kernels cannot be used (tables on GPUs,
+  no compiler).
 
 It prints the median step of each and the ratios `mirrored-tf-ops /
 mirrored` and `mirrored / plain-separate`, measured in the same minutes.
@@ -29,11 +29,11 @@ from benchmarks import runner
 from benchmarks import timing
 from benchmarks import workload as workload_lib
 
-MODES = {
+MODES = {  # the `tfemb.options` of each mode's layer
     "plain": {},
-    "plain-separate": {"TFEMB_INTERLEAVED_SLOTS": "0"},
+    "plain-separate": {"interleaved_slots": False},
     "mirrored": {},
-    "mirrored-tf-ops": {"TFEMB_FUSED_KERNELS": "0"},
+    "mirrored-tf-ops": {"fused_kernels": False},
 }
 
 
@@ -51,15 +51,16 @@ def parse_args(argv=None):
 
 
 def build_step(mode: str, work):
-  """The suite's traced Keras step(features, labels) -> loss in `mode`
-  (the environment of `MODES[mode]` is the caller's to set)."""
+  """The suite's traced Keras step(features, labels) -> loss in `mode`."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from benchmarks.stacks import tfemb_layer  # pylint: disable=g-import-not-at-top
-  if not mode.startswith("mirrored"):
-    return tfemb_layer.build(work)
-  strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
-  with strategy.scope():
-    step = tfemb_layer.build(work)
+  import tfemb  # pylint: disable=g-import-not-at-top
+  with tfemb.options.use(**MODES[mode]):  # taken by the layer's engine
+    if not mode.startswith("mirrored"):
+      return tfemb_layer.build(work)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+      step = tfemb_layer.build(work)
 
   @tf.function
   def replicated(features, labels):
@@ -96,8 +97,7 @@ def main(argv=None):
         for mode in modes:
           got[mode] = runner.result("benchmarks.mirrored", [
               "--mode", mode, "--optimizers", opt, "--sizes", str(size),
-              "--steps", str(args.steps)], f"{opt} {size} {mode}",
-                                    env=MODES[mode])
+              "--steps", str(args.steps)], f"{opt} {size} {mode}")
         cells = [f"{got[m]['median_ms']:.2f} ({got[m]['p10_ms']:.2f}-"
                  f"{got[m]['p90_ms']:.2f})" for m in MODES]
         med = {m: got[m]["median_ms"] for m in MODES}

@@ -2,8 +2,8 @@
 
 `python -m benchmarks.save_memory [--tables 8 --rows 1000000 --dim 32]`
 runs, each in its own process, the same Adam tables with the slots in
-variables of their own (`TFEMB_INTERLEAVED_SLOTS=0`) and beside the
-parameters (`=1`): build, 3 training steps, `tf.train.Checkpoint.write`,
+variables of their own (the option `interleaved_slots=False`) and beside
+the parameters (`True`): build, 3 training steps, `tf.train.Checkpoint.write`,
 then a restore into the same tables. For each it prints RSS before the save,
 the peak (VmHWM) during the save and during the restore, and the seconds,
 and checks that the tables are unchanged by the save and equal after the
@@ -46,9 +46,11 @@ def child(args):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tfemb  # pylint: disable=g-import-not-at-top
   names = [f"t{i}" for i in range(args.tables)]
-  embedding = tfemb.TPUEmbedding(
-      {n: tfemb.FeatureConfig(tfemb.TableConfig(args.rows, args.dim, name=n))
-       for n in names}, tfemb.Adam(learning_rate=0.01))
+  with tfemb.options.use(interleaved_slots=args.child == "1"):
+    embedding = tfemb.TPUEmbedding(
+        {n: tfemb.FeatureConfig(tfemb.TableConfig(args.rows, args.dim,
+                                                  name=n))
+         for n in names}, tfemb.Adam(learning_rate=0.01))
   embedding.build()
   rng = np.random.default_rng(0)
   for _ in range(3):
@@ -96,12 +98,11 @@ def main(argv=None):
         "restore | tables equal |\n|---|---|---|---|---|---|---|")
   with tempfile.TemporaryDirectory() as out:
     for flag, layout in (("0", "separate"), ("1", "interleaved")):
-      env = dict(os.environ, TFEMB_INTERLEAVED_SLOTS=flag)
       done = subprocess.run(
           [sys.executable, "-m", "benchmarks.save_memory", "--child", flag,
            "--out", out, "--tables", str(args.tables), "--rows",
            str(args.rows), "--dim", str(args.dim)],
-          env=env, capture_output=True, text=True, check=False)
+          capture_output=True, text=True, check=False)
       if done.returncode != 0:
         print(f"| {layout} | failed: {done.stderr[-500:]!r} |")
         continue

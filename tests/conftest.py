@@ -26,9 +26,9 @@ def pytest_sessionfinish(session, exitstatus):
 def pytest_unconfigure(config):
   """Leaves without tearing TensorFlow down, once pytest has reported: at
   interpreter exit a tf.data iterator left by a Keras `fit` can wait forever
-  for its own worker thread (seen once in CI after "1067 passed": the
-  destructor of `RootDataset::Iterator` blocked in a `Notification`). The
-  exit status stays pytest's (5 when no tests ran)."""
+  for its own worker thread (the destructor of `RootDataset::Iterator`
+  blocks in a `Notification`). The exit status stays pytest's (5 when no
+  tests ran)."""
   status = getattr(config, "tfemb_exit_status", None)
   if status is not None:
     sys.stdout.flush()
@@ -36,29 +36,25 @@ def pytest_unconfigure(config):
     os._exit(status)  # pylint: disable=protected-access
 
 
-def _interleave(monkeypatch, on: bool):
-  from tfemb import interleaved_tables  # pylint: disable=g-import-not-at-top
-  monkeypatch.setenv(interleaved_tables.ENV, "1" if on else "0")
-
-
 @pytest.fixture(params=["fused", "interleaved", "tensorflow"])
-def engine_path(request, monkeypatch):
+def engine_path(request):
   """Runs a test on every host path: the fused CPU kernels (which must build
   here: the machine has a C++ compiler), the same with each table's slots
   beside its parameters (`tfemb.interleaved_tables`), and TensorFlow's own
-  ops."""
-  from tfemb.kernels import build, ops  # pylint: disable=g-import-not-at-top
-  _interleave(monkeypatch, request.param == "interleaved")
-  if request.param == "tensorflow":
-    monkeypatch.setattr(ops, "usable", lambda *args: False)
-  else:
+  ops, chosen with `tfemb.options` for the engines the test creates."""
+  from tfemb import options  # pylint: disable=g-import-not-at-top
+  from tfemb.kernels import build  # pylint: disable=g-import-not-at-top
+  if request.param != "tensorflow":
     assert build.load() is not None, "the fused kernels did not build"
-  return request.param
+  with options.use(fused_kernels=request.param != "tensorflow",
+                   interleaved_slots=request.param == "interleaved"):
+    yield request.param
 
 
 @pytest.fixture(params=["separate", "interleaved"])
-def table_layout(request, monkeypatch):
+def table_layout(request):
   """Runs a test with each table's slots in variables of their own, and
   beside its parameters in one variable (`tfemb.interleaved_tables`)."""
-  _interleave(monkeypatch, request.param == "interleaved")
-  return request.param
+  from tfemb import options  # pylint: disable=g-import-not-at-top
+  with options.use(interleaved_slots=request.param == "interleaved"):
+    yield request.param

@@ -1,4 +1,4 @@
-"""The numpy oracle: SPEC.md section 2, written out in plain numpy.
+"""The numpy oracle: docs/numerics.md, written out in plain numpy.
 
 This module is the only source of expected numbers in the tests. It never
 imports tfemb. Inputs are plain Python: per example, a list of ids and a list

@@ -1,5 +1,5 @@
 """Bad input and misuse: an error naming the feature or table, and every
-table and slot bit-identical afterwards (SPEC section 4).
+table and slot bit-identical afterwards (docs/numerics.md, "Errors").
 
 Each case runs a whole training step (enqueue, dequeue, apply_gradients)
 eagerly and inside `tf.function`, after a good step has given the slots
@@ -280,13 +280,24 @@ def test_feature_config_leaf_must_be_a_feature_config():
 
 
 def test_table_shared_by_two_objects_with_different_optimizers():
-  table = tfemb.TableConfig(5, 2, name="t")
-  tfemb.TPUEmbedding({"x": tfemb.FeatureConfig(table)}, tfemb.SGD(0.1))
-  with pytest.raises(ValueError, match="'t' is already used"):
-    tfemb.TPUEmbedding({"x": tfemb.FeatureConfig(table)}, tfemb.Adam(0.1))
-  # The same optimizer (or none, for lookups) is fine.
-  tfemb.TPUEmbedding({"x": tfemb.FeatureConfig(table)}, tfemb.SGD(0.1))
-  tfemb.TPUEmbedding({"x": tfemb.FeatureConfig(table)}, None)
+  """Each object resolves the user's TableConfig for itself (a copy with
+  its own global optimizer): both train with their own, and the user's
+  object is never changed."""
+  table = tfemb.TableConfig(5, 2, initializer=tf.zeros_initializer())
+  features = {"x": tfemb.FeatureConfig(table)}
+  sgd = tfemb.TPUEmbedding(features, tfemb.SGD(0.5))
+  adagrad = tfemb.TPUEmbedding(features, tfemb.Adagrad(0.5))
+  assert table.optimizer is None and table.name is None
+  for embedding in (sgd, adagrad):
+    embedding.enqueue({"x": tf.constant([1])}, training=True)
+    activations = embedding.dequeue()
+    embedding.apply_gradients({"x": tf.ones_like(activations["x"])})
+  # SGD: w = -0.5 * 1; Adagrad: a = 0.1 + 1, w = -0.5 / sqrt(1.1).
+  np.testing.assert_allclose(sgd.embedding_tables[table].numpy()[1],
+                             [-0.5, -0.5])
+  np.testing.assert_allclose(adagrad.embedding_tables[table].numpy()[1],
+                             [-0.5 / np.sqrt(1.1)] * 2, rtol=1e-6)
+  assert table.optimizer is None and table.name is None
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])

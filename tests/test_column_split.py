@@ -107,17 +107,17 @@ def test_write_columns_checks_the_range():
   np.testing.assert_array_equal(_buffer(storage), values)
 
 
-def test_training_during_a_save_keeps_the_update(monkeypatch):
+def test_training_during_a_save_keeps_the_update():
   """A save's tensors still alive (e.g. held by an exception's traceback)
   while the table trains: the step sees the table's rows, and the end of
   the blocks does not undo the update."""
-  monkeypatch.setenv(interleaved_tables.ENV, "1")
   start = np.arange(6 * 4, dtype=np.float32).reshape(6, 4) / 10
   table = tfemb.TableConfig(6, 4, name="t",
                             initializer=tf.constant_initializer(start))
-  embedding = tfemb.TPUEmbedding(
-      {"f": tfemb.FeatureConfig(table)},
-      tfemb.Adagrad(learning_rate=0.5, initial_accumulator_value=1.0))
+  with tfemb.options.use(interleaved_slots=True):
+    embedding = tfemb.TPUEmbedding(
+        {"f": tfemb.FeatureConfig(table)},
+        tfemb.Adagrad(learning_rate=0.5, initial_accumulator_value=1.0))
   embedding.build()
   view = embedding._variables["t"]["parameters"]  # pylint: disable=protected-access
   assert isinstance(view, interleaved_tables.ColumnView)

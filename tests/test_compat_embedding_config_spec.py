@@ -344,3 +344,38 @@ def test_signatures_are_tensorflow_2_15s():
   assert _signature(v1.FeatureConfig.__new__) == [
       ("table_id", required), ("max_sequence_length", 0),
       ("weight_key", None)]
+
+
+def test_gradient_multiplier_wraps_tensorflows_engine_on_a_tpu(monkeypatch):
+  """Under a TPUStrategy the spec's engine is TensorFlow's: the multiplier
+  wraps it (no subclass of the host engine), so TensorFlow's
+  apply_gradients receives the scaled gradients."""
+  from tpu_stand_in import StandInTPUStrategy, use_strategy  # pylint: disable=g-import-not-at-top
+  received = []
+
+  class Engine:
+    def __init__(self, *args):
+      del args
+
+    def apply_gradients(self, gradients, name=None):
+      received.append((gradients, name))
+
+  monkeypatch.setattr(tf.tpu.experimental.embedding, "TPUEmbedding", Engine)
+  use_strategy(monkeypatch, StandInTPUStrategy())
+  spec = v1.EmbeddingConfigSpec(
+      table_to_config_dict={"t": v1.TableConfig(10, 2)},
+      feature_to_config_dict={"a": v1.FeatureConfig("t"),
+                              "b": v1.FeatureConfig("t")},
+      optimization_parameters=sgd(),
+      experimental_gradient_multiplier_fn=lambda s: 1.5 * tf.cast(
+          s, tf.float32))
+  step = tf.Variable(2, dtype=tf.int64)
+  embedding = spec.create_embedding(global_step=step)
+  assert type(embedding) is Engine  # pylint: disable=unidiomatic-typecheck
+  grads = {"a": tf.constant([[1.0, -2.0]]), "b": None}
+  embedding.apply_gradients(grads, name="x")
+  step.assign(4)
+  embedding.apply_gradients(grads)
+  np.testing.assert_allclose(received[0][0]["a"].numpy(), [[3.0, -6.0]])
+  assert received[0][0]["b"] is None and received[0][1] == "x"
+  np.testing.assert_allclose(received[1][0]["a"].numpy(), [[6.0, -12.0]])

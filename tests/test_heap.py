@@ -13,6 +13,7 @@ import textwrap
 import pytest
 
 from tfemb import heap
+from tfemb import options
 
 HEAP_PY = os.path.abspath(heap.__file__)
 MiB = 1 << 20
@@ -29,15 +30,18 @@ class FakeLibc:
     return 1 if self.accept else 0
 
 
+ON = options.Options(malloc_tuning=True)
+
+
 @pytest.fixture
 def clean(monkeypatch):
   """heap as in a new process, with no user setting."""
-  heap.keep_freed_buffers.cache_clear()
+  heap._set_thresholds.cache_clear()  # pylint: disable=protected-access
   for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_",
                "GLIBC_TUNABLES", "TFEMB_MALLOC_TUNING"):
     monkeypatch.delenv(name, raising=False)
   yield
-  heap.keep_freed_buffers.cache_clear()
+  heap._set_thresholds.cache_clear()  # pylint: disable=protected-access
 
 
 @pytest.fixture
@@ -49,11 +53,30 @@ def fresh(clean, monkeypatch):  # pylint: disable=redefined-outer-name,unused-ar
 
 
 def test_sets_both_thresholds_once(fresh):
-  assert heap.keep_freed_buffers() == "set"
+  assert heap.keep_freed_buffers(ON) == "set"
   # glibc's <malloc.h>: M_MMAP_THRESHOLD -3, M_TRIM_THRESHOLD -1.
   assert fresh.calls == [(-3, 32 * MiB), (-1, 64 * MiB)]
-  assert heap.keep_freed_buffers() == "set"
+  assert heap.keep_freed_buffers(ON) == "set"
   assert len(fresh.calls) == 2
+
+
+def test_the_option_declines_it(fresh):
+  assert heap.keep_freed_buffers(options.Options(malloc_tuning=False)) == (
+      "declined")
+  with options.use(malloc_tuning=False):
+    assert heap.keep_freed_buffers() == "declined"
+  assert fresh.calls == []
+  assert heap.keep_freed_buffers() == "set"  # the default: on
+  assert len(fresh.calls) == 2
+
+
+def test_the_environment_gives_the_default(fresh, monkeypatch):
+  for value in ("0", "off"):
+    monkeypatch.setenv("TFEMB_MALLOC_TUNING", value)
+    assert heap.keep_freed_buffers() == "declined"
+  assert fresh.calls == []
+  with options.use(malloc_tuning=True):  # code wins over the environment
+    assert heap.keep_freed_buffers() == "set"
 
 
 @pytest.mark.parametrize("name,value", [
@@ -61,13 +84,11 @@ def test_sets_both_thresholds_once(fresh):
     ("MALLOC_TRIM_THRESHOLD_", "0"),
     ("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=4096"),
     ("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=4096"),
-    ("TFEMB_MALLOC_TUNING", "0"),
-    ("TFEMB_MALLOC_TUNING", "off"),
 ])
 def test_leaves_a_users_setting_alone(fresh, monkeypatch, name, value):
   monkeypatch.setenv(name, value)
   expected = "GLIBC_TUNABLES" if name == "GLIBC_TUNABLES" else name
-  assert heap.keep_freed_buffers() == expected
+  assert heap.keep_freed_buffers(ON) == expected
   assert fresh.calls == []
 
 
@@ -82,13 +103,13 @@ def test_a_refused_mmap_threshold_sets_nothing_else(fresh):
   # A trim threshold alone would switch off glibc's own raising of the
   # mmap threshold: every step buffer would be a fresh mmap.
   fresh.accept = False
-  assert heap.keep_freed_buffers() == "refused"
+  assert heap.keep_freed_buffers(ON) == "refused"
   assert fresh.calls == [(-3, 32 * MiB)]
 
 
 def test_not_glibc(clean, monkeypatch):  # pylint: disable=redefined-outer-name,unused-argument
   monkeypatch.setattr(sys, "platform", "darwin")
-  assert heap.keep_freed_buffers() == "not glibc"
+  assert heap.keep_freed_buffers(ON) == "not glibc"
 
 
 # Eight 512 KiB buffers allocated, written and freed, as a step's: with
@@ -96,7 +117,7 @@ def test_not_glibc(clean, monkeypatch):  # pylint: disable=redefined-outer-name,
 # and 1 MiB, so every later round gets its 4 MiB back from the kernel and
 # takes a page fault on each of its 1024 pages.
 PATTERN = textwrap.dedent("""
-    import ctypes, importlib.util, resource, sys
+    import ctypes, importlib.util, resource, sys, types
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
     libc.malloc.argtypes = [ctypes.c_size_t]
@@ -105,7 +126,8 @@ PATTERN = textwrap.dedent("""
       spec = importlib.util.spec_from_file_location("heap", sys.argv[1])
       heap = importlib.util.module_from_spec(spec)
       spec.loader.exec_module(heap)
-      assert heap.keep_freed_buffers() == "set"
+      on = types.SimpleNamespace(malloc_tuning=True)
+      assert heap.keep_freed_buffers(on) == "set"
     def step():
       buffers = [libc.malloc(512 << 10) for _ in range(8)]
       for b in buffers:
@@ -136,13 +158,13 @@ def test_freed_buffers_are_reused_without_page_faults():
   assert _faults_per_step("tuned") < pages / 20
 
 
-def test_the_engine_keeps_freed_buffers_when_it_builds(monkeypatch):
+@pytest.mark.parametrize("tuning", [True, False])
+def test_the_engine_keeps_freed_buffers_when_it_builds(fresh, tuning):
   import tfemb  # pylint: disable=g-import-not-at-top
-  calls = []
-  monkeypatch.setattr(heap, "keep_freed_buffers", lambda: calls.append(1))
   table = tfemb.TableConfig(10, 4, name="t")
-  embedding = tfemb.TPUEmbedding({"f": tfemb.FeatureConfig(table)},
-                                 tfemb.SGD(0.1))
-  assert not calls
+  with options.use(malloc_tuning=tuning):  # the engine's own options
+    embedding = tfemb.TPUEmbedding({"f": tfemb.FeatureConfig(table)},
+                                   tfemb.SGD(0.1))
+  assert not fresh.calls
   embedding.build(2)
-  assert calls == [1]
+  assert len(fresh.calls) == (2 if tuning else 0)

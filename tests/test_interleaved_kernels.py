@@ -1,9 +1,10 @@
 """The fused kernels on a table whose slots sit beside its parameters.
 
 One variable of [rows, (1 + slots) x dim] (the parameters first, then each
-slot in the optimizer's order) instead of one per slot: `row_width` of the
-lookup and `interleaved` of the update. Expected numbers come from the numpy
-reference (`tests/reference.py`), row by row.
+slot in the optimizer's order) instead of one per slot, reached through a
+column view of its parameters (`tfemb.interleaved_tables.ColumnView`), as
+the host engine holds it. Expected numbers come from the numpy reference
+(`tests/reference.py`), row by row.
 """
 
 import numpy as np
@@ -13,6 +14,7 @@ import tensorflow as tf
 import reference
 import tfemb
 from test_training import KIND, OPTIMIZERS, reference_params
+from tfemb import interleaved_tables
 from tfemb.kernels import ops as kernel_ops
 
 VOCAB, DIM = 9, 5
@@ -23,6 +25,12 @@ def _table(case):
   name, kwargs = OPTIMIZERS[case]
   optimizer = getattr(tfemb, name)(**kwargs)
   return tfemb.TableConfig(VOCAB, DIM, optimizer=optimizer, name="t")
+
+
+def _parameters(storage):
+  """The parameters' view of `storage`: its first DIM columns."""
+  return {"parameters": interleaved_tables.ColumnView(storage, 0, DIM, "t",
+                                                      True)}
 
 
 def _start(case, rng):
@@ -45,9 +53,8 @@ def test_update_of_interleaved_slots_follows_the_rule(case):
   grads = rng.normal(size=(len(ids), DIM)).astype(np.float32) * 0.2
   lr = table.optimizer.learning_rate
 
-  kernel_ops.apply_rows(table, {"parameters": storage}, tf.constant(ids),
-                        tf.constant(grads), tf.constant(lr, tf.float32),
-                        interleaved=True)
+  kernel_ops.apply_rows(table, _parameters(storage), tf.constant(ids),
+                        tf.constant(grads), tf.constant(lr, tf.float32))
 
   want_w = params.astype(np.float64)
   want_s = {n: s.astype(np.float64) for n, s in slots.items()}
@@ -75,8 +82,8 @@ def test_lookup_reads_the_parameter_columns_of_a_wider_variable():
   b = np.array([1, 0], np.int64)
 
   unique, positions, rows = kernel_ops.dedup_gather(
-      table, storage, [tf.constant(a), tf.constant(b)], ["a", "b"],
-      row_width=3 * DIM)
+      table, _parameters(storage)["parameters"],
+      [tf.constant(a), tf.constant(b)], ["a", "b"])
 
   np.testing.assert_array_equal(unique, [4, 1, 7, 0])  # first occurrences
   np.testing.assert_array_equal(positions, [0, 1, 0, 2, 1, 3])
@@ -90,12 +97,12 @@ def test_a_variable_of_another_width_is_refused_and_left_alone():
   storage = tf.Variable(storage_np)
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match=r"Table 't'.*expected \[rows, 15\]"):
-    kernel_ops.apply_rows(table, {"parameters": storage},
+    kernel_ops.apply_rows(table, _parameters(storage),
                           tf.constant([1], tf.int64),
-                          tf.ones((1, DIM)), tf.constant(0.1),
-                          interleaved=True)
+                          tf.ones((1, DIM)), tf.constant(0.1))
   np.testing.assert_array_equal(storage.numpy(), storage_np)
   with pytest.raises(tf.errors.InvalidArgumentError,
-                     match=r"Table 't'.*shape \[9, 15\]"):
-    kernel_ops.dedup_gather(table, storage, [tf.constant([1], tf.int64)],
-                            ["f"], row_width=3 * DIM)
+                     match=r"Table 't'.*shape \[9, 5\], got \[9,15\]"):
+    kernel_ops.dedup_gather(table, tf.Variable(np.ones((VOCAB, 3 * DIM),
+                                                       np.float32)),
+                            [tf.constant([1], tf.int64)], ["f"])

@@ -20,8 +20,9 @@ VOCAB, DIM = 12, 3
 
 
 @pytest.fixture(autouse=True)
-def interleave(monkeypatch):
-  monkeypatch.setenv(interleaved_tables.ENV, "1")
+def interleave():
+  with tfemb.options.use(interleaved_slots=True, fused_kernels=True):
+    yield
 
 
 def _embedding(optimizer, **table_kwargs):
@@ -34,7 +35,7 @@ def _is_view(v):
   return isinstance(v, interleaved_tables.ColumnView)
 
 
-def test_tables_with_slots_are_interleaved_and_others_are_not(monkeypatch):
+def test_tables_with_slots_are_interleaved_and_others_are_not():
   _, adam = _embedding(tfemb.Adam(0.1))
   adam.build()
   variables = adam._variables["t"]
@@ -54,14 +55,11 @@ def test_tables_with_slots_are_interleaved_and_others_are_not(monkeypatch):
   mirrored.build()
   assert not any(_is_view(v) for v in mirrored._variables["t"].values())
 
-  monkeypatch.delenv(interleaved_tables.ENV)  # the default: interleaved
-  _, embedding = _embedding(tfemb.Adam(0.1))
-  embedding.build()
-  assert all(_is_view(v) for v in embedding._variables["t"].values())
-  monkeypatch.setenv(interleaved_tables.ENV, "0")  # off
-  _, embedding = _embedding(tfemb.Adam(0.1))
-  embedding.build()
-  assert not any(_is_view(v) for v in embedding._variables["t"].values())
+  for off in ({"interleaved_slots": False}, {"fused_kernels": False}):
+    with tfemb.options.use(**off):
+      _, embedding = _embedding(tfemb.Adam(0.1))
+    embedding.build()  # as the options were when it was constructed
+    assert not any(_is_view(v) for v in embedding._variables["t"].values())
 
 
 def _built_views(optimizer, offset=0.0):

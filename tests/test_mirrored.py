@@ -151,12 +151,12 @@ def assert_same_states(got, expected):
 
 
 @pytest.fixture(params=["kernels", "tensorflow"])
-def host_path(request, monkeypatch):
+def host_path(request):
   """The mirrored tables trained by the fused kernels, or by TensorFlow's
-  ops (as where the kernels cannot build)."""
-  if request.param == "tensorflow":
-    monkeypatch.setattr(kernel_ops, "usable", lambda *args: False)
-  return request.param
+  ops (the option `fused_kernels=False`, as where the kernels cannot
+  build), for the engines the test creates."""
+  with tfemb.options.use(fused_kernels=request.param == "kernels"):
+    yield request.param
 
 
 @pytest.mark.parametrize("replicas", [2, 4])
@@ -321,7 +321,7 @@ def test_a_non_finite_gradient_on_one_replica_skips_the_step_on_all():
   embedding, _ = _two_steps(mirrored(2), _KINDS["adam"], init, ids, coef,
                             non_finite="skip")
   _assert_every_copy(embedding, _reference("adam", init, ids[1:], coef[1:]))
-  assert [int(c.numpy()) for c in embedding._skipped.values] == [1, 1]  # pylint: disable=protected-access
+  assert [int(c.numpy()) for c in embedding._policy._skipped.values] == [1, 1]  # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize("kind", list(_KINDS))

@@ -19,7 +19,7 @@ except AttributeError as e:
 
 
 def test_subpackages_load_on_first_use():
-  """`import tfemb` then `tfemb.layers.TPUEmbedding` (as the SPEC names it)
+  """`import tfemb` then `tfemb.layers.TPUEmbedding` (as the README names it)
   works without `import tfemb.layers`; unknown names stay AttributeErrors."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
              PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH",

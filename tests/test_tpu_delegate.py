@@ -11,7 +11,7 @@ import tensorflow as tf
 
 import tfemb
 from tfemb import configs
-from tfemb import host_engine
+from tfemb import host as host_engine
 from tfemb import optimizers
 from tfemb.tpu import delegate
 from tpu_stand_in import EmbeddingFeature

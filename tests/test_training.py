@@ -1,4 +1,4 @@
-"""Several training steps match the numpy reference of SPEC section 2.
+"""Several training steps match the numpy reference of docs/numerics.md.
 
 One scenario: two tables, five features of every input kind (dense, sparse
 weighted, ragged weighted, ragged sequence, sparse rank 3), a table shared by

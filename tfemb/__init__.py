@@ -5,13 +5,14 @@ from tfemb.configs import FeatureConfig
 from tfemb.configs import QuantizationConfig
 from tfemb.configs import TableConfig
 from tfemb.mid_level import TPUEmbedding
-from tfemb.optimizers import FTRL
-from tfemb.optimizers import SGD
-from tfemb.optimizers import Adagrad
-from tfemb.optimizers import AdagradMomentum
-from tfemb.optimizers import Adam
+# Every declared optimizer's class (`tfemb.optimizers.DECLARATIONS`): SGD,
+# Adagrad, AdagradMomentum, Adam, FTRL.
+from tfemb.optimizers import *  # pylint: disable=wildcard-import
+from tfemb.options import Options
 from tfemb.tf_conversion import to_tensorflow
 from tfemb import compat
+from tfemb import optimizers
+from tfemb import options
 from tfemb import tpu
 
 __version__ = "0.1.0"
@@ -28,7 +29,7 @@ def __getattr__(name):
     return importlib.import_module(f"tfemb.{name}")
   raise AttributeError(f"module 'tfemb' has no attribute {name!r}")
 
-__all__ = [
-    "SGD", "Adagrad", "AdagradMomentum", "Adam", "FTRL", "TableConfig",
-    "FeatureConfig", "QuantizationConfig", "TPUEmbedding", "to_tensorflow",
+__all__ = optimizers.__all__ + [
+    "TableConfig", "FeatureConfig", "QuantizationConfig", "TPUEmbedding",
+    "to_tensorflow", "Options",
 ]

@@ -20,6 +20,11 @@ class QuantizationConfig:
 
   `x = clip(x, lower, upper)`; `q = (upper - lower) / (num_buckets - 1)`;
   `x = floor((x - lower) / q + 0.5) * q + lower`. Table storage stays float32.
+
+  Args:
+    num_buckets: the number of levels (>= 2).
+    lower: the lowest level; smaller values are clipped to it.
+    upper: the highest level; larger values are clipped to it.
   """
 
   def __init__(self, num_buckets: int, lower: float, upper: float):
@@ -57,8 +62,26 @@ class TableConfig:
 
   Several `FeatureConfig`s may share one `TableConfig`; they then share the
   table's rows, and the gradients of all of them are summed per row.
-  `optimizer` overrides the optimizer given to `TPUEmbedding` for this table.
-  `combiner` is "mean" (default), "sum" or "sqrtn".
+
+  Args:
+    vocabulary_size: the number of rows (>= 1); ids are in
+      `[0, vocabulary_size)`.
+    dim: the width of a row (>= 1).
+    initializer: called as `initializer(shape, dtype=...)` for the table's
+      initial value; default: truncated normal, mean 0, standard deviation
+      `1 / sqrt(dim)` (TensorFlow's).
+    optimizer: this table's embedding optimizer; None: the one given to the
+      engine.
+    combiner: how a feature's rows combine per example: "mean" (default),
+      "sum" or "sqrtn" (docs/numerics.md, "Combiners").
+    name: the table's name, its variables' and checkpoint keys' name;
+      None: `table_<i>`, by order of first use. Names must be unique.
+    quantization_config: a `QuantizationConfig` for simulated quantization
+      of looked-up rows (the table stays float32).
+    layout: a SparseCore layout for the table, kept for TensorFlow's
+      `TPUEmbeddingV2`; no effect on the host engine.
+    dtype: the table's dtype: float32 (the host engine trains float32
+      tables only) or int32.
   """
 
   def __init__(
@@ -127,10 +150,19 @@ class TableConfig:
 class FeatureConfig:
   """One input feature, looked up in `table`.
 
-  `max_sequence_length > 0` makes it a sequence feature: its output is
-  `[batch, max_sequence_length, dim]`, truncated or zero padded, instead of
-  one combined row per example. `output_shape` fixes the activation shape
-  (without the table dimension).
+  Args:
+    table: the `TableConfig` (tfemb's or TensorFlow's) to look it up in.
+    max_sequence_length: 0 (default): one combined row per example. More:
+      a sequence feature, whose output is `[batch, max_sequence_length,
+      dim]`, truncated or zero padded (docs/numerics.md, "Sequence
+      features").
+    validate_weights_and_indices: check ids against the vocabulary, sparse
+      indices' order and weights' layout at every step (default). False
+      skips those checks for speed (docs/numerics.md, "Errors").
+    output_shape: the activation shape without the table dimension, fixed
+      in advance (e.g. `[batch_size]`); None: from `build` or the inputs.
+    name: the feature's name in the TPU configuration; no effect on the
+      host.
   """
 
   def __init__(self,

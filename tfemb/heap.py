@@ -4,30 +4,35 @@ Every step allocates and frees the same few hundred KiB buffers (ids,
 activations, gradients). glibc's malloc gives freed memory back to the
 kernel once more than `M_TRIM_THRESHOLD` of it sits at the top of a heap,
 and serves requests of `M_MMAP_THRESHOLD` or more with a fresh `mmap`; a
-page it gave back costs a page fault (about 2 microseconds here, zeroing
-included) the next time it is used. glibc raises both thresholds by itself
-when a large block is freed, but only for blocks up to 32 MiB: with tables
-of a few MB, freeing a table-sized block (an initial value) does that; with
-tables of 5M rows (640 MB and up) nothing does, the thresholds stay near
-the step's buffer size and
-a step takes up to 580 page faults (0-580, depending on the process; up
-to 0.9 ms) that it does not take at 100k rows (benchmarks/README.md, "Page
-faults at 5M rows").
+page it gave back costs a page fault (zeroing included) the next time it
+is used. glibc raises both thresholds by itself when a large block is
+freed, but only for blocks up to 32 MiB: with tables of a few MB, freeing
+a table-sized block (an initial value) does that; with tables above 32 MiB
+nothing does, the thresholds stay near the step's buffer size and a step
+takes page faults that it does not take with small tables
+(`benchmarks/page_faults.py` counts them).
 
 `keep_freed_buffers()` sets the thresholds glibc's own rule reaches after
 freeing a 32 MiB block (mmap above 32 MiB, trim above 64 MiB), so the step
 does not depend on the table size. The host engine calls it when it builds
-its tables. Nothing is done when:
+its tables.
 
+This is process-wide: `mallopt` changes how the whole process allocates,
+for every library in it, and it is not undone. Decline it with the option
+`malloc_tuning=False` (`tfemb.options`, default from
+`TFEMB_MALLOC_TUNING`) for the engines of the process, e.g.
+`tfemb.options.set(malloc_tuning=False)` before the first is built.
+Nothing is done when:
+
+* the option `malloc_tuning` is off, or
 * the C library is not glibc (macOS, musl), or
 * the user has set these thresholds already (`MALLOC_MMAP_THRESHOLD_`,
   `MALLOC_TRIM_THRESHOLD_`, or `glibc.malloc.mmap_threshold` /
-  `glibc.malloc.trim_threshold` in `GLIBC_TUNABLES`), or
-* `TFEMB_MALLOC_TUNING=0`.
+  `glibc.malloc.trim_threshold` in `GLIBC_TUNABLES`).
 
 The process keeps at most 64 MiB of freed memory per malloc arena that it
-would otherwise have returned; peak memory stays the same (benchmarks:
-peak RSS at 5M rows unchanged).
+would otherwise have returned; the next step reuses it, so the peak does
+not grow.
 """
 
 import ctypes
@@ -50,9 +55,6 @@ def _user_setting() -> str:
   if ("glibc.malloc.mmap_threshold" in tunables or
       "glibc.malloc.trim_threshold" in tunables):
     return "GLIBC_TUNABLES"
-  if os.environ.get("TFEMB_MALLOC_TUNING", "1").lower() in (
-      "0", "false", "no", "off"):
-    return "TFEMB_MALLOC_TUNING"
   return ""
 
 
@@ -71,13 +73,27 @@ def glibc():
   return libc
 
 
-@functools.lru_cache(maxsize=None)
-def keep_freed_buffers() -> str:
-  """Sets glibc's mmap and trim thresholds once per process (see above).
+def keep_freed_buffers(opts=None) -> str:
+  """Sets glibc's mmap and trim thresholds once per process (see above),
+  unless `opts` (a `tfemb.options.Options`; default: the current options)
+  declines it.
 
-  Returns what was done: "set", or why not ("not glibc", the name of the
-  user's own setting, or "refused" if glibc refused a value).
+  Returns what was done: "set", or why not ("declined" by the option,
+  "not glibc", the name of the user's own setting, or "refused" if glibc
+  refused a value).
   """
+  if opts is None:
+    # Here, not above: importing tfemb loads TensorFlow, which this module
+    # does not need otherwise.
+    from tfemb import options  # pylint: disable=g-import-not-at-top
+    opts = options.get()
+  if not opts.malloc_tuning:
+    return "declined"
+  return _set_thresholds()
+
+
+@functools.lru_cache(maxsize=None)
+def _set_thresholds() -> str:
   outcome = _user_setting()
   if outcome:
     return outcome

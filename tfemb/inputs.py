@@ -14,6 +14,7 @@ from typing import NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
+from tfemb import shapes
 from tfemb import validation
 
 
@@ -38,29 +39,13 @@ class Lookup(NamedTuple):
   checks: Tuple[tf.Operation, ...] = ()  # input checks the step depends on
 
 
-def kind_of(x) -> str:
-  if isinstance(x, tf.SparseTensor):
-    return "sparse"
-  if isinstance(x, tf.RaggedTensor):
-    return "ragged"
-  if isinstance(x, (tf.Tensor, tf.Variable)) or hasattr(x, "shape"):
-    return "dense"
-  raise ValueError(f"unsupported input type {type(x)}")
-
-
-def is_sequence(feature, rank) -> bool:
-  """TF's rule: a sequence lookup needs rank 2 input and no output_shape."""
-  return (not feature.output_shape and feature.max_sequence_length > 0 and
-          (rank is None or rank == 2))
-
-
 def input_shape_error(path, x, serving=False) -> Optional[str]:
   """TF's rank rules for one input; returns the error message or None.
 
   Direct (serving) lookups take dense ids of any shape, one id per entry.
   """
   shape = x.shape
-  kind = kind_of(x)
+  kind = shapes.kind_of(x)
   if kind == "dense":
     if shape.rank is not None and shape.rank < 1:
       return (f"Only rank 1 and above dense tensor is supported, find rank "
@@ -78,30 +63,6 @@ def input_shape_error(path, x, serving=False) -> Optional[str]:
     return (f"Only rank 2 ragged tensor is supported, find rank {shape.rank} "
             f"ragged tensor for input {path}")
   return None
-
-
-def output_shape_from_input(x, feature, serving=False) -> tf.TensorShape:
-  """The static activation shape (without dim) TF derives from an input."""
-  return static_output_shape(tf.TensorShape(x.shape), kind_of(x), feature,
-                             serving)
-
-
-def static_output_shape(shape: tf.TensorShape, kind: str, feature,
-                        serving=False) -> tf.TensorShape:
-  """As `output_shape_from_input`, from an input's shape and kind only."""
-  if feature.output_shape:
-    return tf.TensorShape(feature.output_shape)
-  if kind == "dense":
-    if serving or shape.rank == 1:
-      return shape
-    return shape[:-1]
-  if kind == "ragged":
-    if feature.max_sequence_length > 0:
-      return tf.TensorShape([shape[0], feature.max_sequence_length])
-    return shape[:1]
-  if is_sequence(feature, shape.rank):
-    return tf.TensorShape([shape[0], feature.max_sequence_length])
-  return shape[:-1]
 
 
 def _combiner_scales(weights, segments, num_segments, combiner):
@@ -146,7 +107,7 @@ def sparse_lookup(x, w, feature) -> Lookup:
   combiner = feature.table.combiner
   dense_shape = x.dense_shape
   weights = None if w is None else tf.cast(w.values, tf.float32)
-  if is_sequence(feature, x.shape.rank):
+  if shapes.is_sequence(feature, x.shape.rank):
     length = tf.constant(feature.max_sequence_length, tf.int64)
     rows = dense_shape[0]
     ids, segments, scales, num = _sequence(x.values, x.indices[:, 0],
@@ -207,17 +168,6 @@ def as_input(x):
   return tf.convert_to_tensor(x)  # numpy arrays, lists, variables
 
 
-def enqueue_output_shape(x, feature) -> tf.TensorShape:
-  """TF's TPU enqueue: the activation shape (without dim) an input asks
-  for, before the shape fixed by the FeatureConfig or `build` is applied
-  (`_get_input_shape_for_*` then `_get_output_shapes_from_input_shapes`)."""
-  shape = tf.TensorShape(x.shape)
-  if (kind_of(x) != "dense" and shape.rank == 2 and
-      not feature.output_shape and feature.max_sequence_length > 0):
-    return tf.TensorShape([shape[0], feature.max_sequence_length])
-  return shape if shape.rank == 1 else shape[:-1]
-
-
 def to_lookup(path, x, w, feature, serving=False,
               fixed_shape=None) -> Lookup:
   """Validates one feature's input (and weights) and flattens it.
@@ -229,7 +179,7 @@ def to_lookup(path, x, w, feature, serving=False,
   """
   x = as_input(x)
   w = None if w is None else as_input(w)
-  kind = kind_of(x)
+  kind = shapes.kind_of(x)
   if not x.dtype.is_integer:
     raise DtypeError(
         f"Feature {path!r}: ids must be an integer tensor, got dtype "
@@ -242,14 +192,14 @@ def to_lookup(path, x, w, feature, serving=False,
           f"Weight specified for {path}, but input is dense." if serving else
           f"Weight specified for dense input {path}, which is not allowed. "
           "Weight will always be 1 in this case.")
-    if kind_of(w) != kind:
+    if shapes.kind_of(w) != kind:
       raise ValueError(
           f"Weight for {path} is of type {type(w)} but it does not match "
           f"type of the input which is {type(x)}." if serving else
           f"Weight for {path} is type {type(w)} which does not match type "
           f"input which is {type(x).__name__}.")
     if feature.max_sequence_length > 0 and (
-        serving or kind == "ragged" or is_sequence(feature, x.shape.rank)):
+        serving or kind == "ragged" or shapes.is_sequence(feature, x.shape.rank)):
       raise ValueError(
           f"Weight specified for {path}, but this is a sequence feature.")
     if not w.dtype.is_floating:

@@ -10,25 +10,34 @@ Which engine a construction gives depends on the current strategy
   `TPUEmbeddingV2` (SparseCore) or `TPUEmbeddingV0` (no embedding hardware),
   built from the configs converted by `tfemb.to_tensorflow`. It is not an
   instance of `tfemb.TPUEmbedding`, and its numbers are TensorFlow's;
-* under any other strategy, the host engine
-  (`tfemb.host_engine.HostEmbedding`).
+* under any other strategy, this class: the TPU's `enqueue` / `dequeue` /
+  `apply_gradients` protocol on the host engine
+  (`tfemb.host.HostEmbedding`), whose `forward` looks a batch up and
+  returns the function that applies its gradients.
 """
+
+from typing import Optional
 
 import tensorflow as tf
 
-from tfemb import host_engine
+from tfemb import replicas
+from tfemb import shapes
+from tfemb.host import HostEmbedding
+from tfemb.host import step
+from tfemb.tpu import config_proto
 from tfemb.tpu import delegate
+
+_no_autograph = tf.autograph.experimental.do_not_convert
 
 
 def _tpu_engine(feature_config, optimizer,
                 pipeline_execution_with_tensor_core=False):
-  # Same signature as `TPUEmbedding.__init__`, so both paths take the same
-  # arguments.
+  # TPUEmbedding's own signature, so both paths take the same arguments.
   return delegate.make_tpu_embedding(feature_config, optimizer,
                                      pipeline_execution_with_tensor_core)
 
 
-class TPUEmbedding(host_engine.HostEmbedding):
+class TPUEmbedding(HostEmbedding):
   """`tf.tpu.experimental.embedding.TPUEmbedding` with the TPU's numbers.
 
   ```python
@@ -43,8 +52,9 @@ class TPUEmbedding(host_engine.HostEmbedding):
   embedding.apply_gradients(tape.gradient(loss, activations))
   ```
 
-  Created under a `TPUStrategy` scope, this returns TensorFlow's own TPU
-  engine instead (see the module docstring).
+  Args: those of `tfemb.host.HostEmbedding`. Created under a `TPUStrategy`
+  scope, this returns TensorFlow's own TPU engine instead (see the module
+  docstring).
   """
 
   def __new__(cls, *args, **kwargs):
@@ -53,3 +63,96 @@ class TPUEmbedding(host_engine.HostEmbedding):
         tf.distribute.get_strategy()):
       return _tpu_engine(*args, **kwargs)
     return super().__new__(cls)
+
+  @_no_autograph
+  def enqueue(self, features, weights=None, training: bool = True,
+              name: Optional[str] = None, device: Optional[str] = None):
+    """Takes a batch of ids, as `TPUEmbedding.enqueue` on a TPU.
+
+    Builds the object on first use (from the inputs' shapes), checks the
+    inputs against the shapes fixed by then, and prepares the lookup. The
+    next `dequeue` in the same function (or eagerly) returns its activations
+    (with `device`, the next `dequeue` of the replica on that device).
+    """
+    del name
+    if device is not None:
+      # One replica's batch, given outside strategy.run (e.g. from
+      # `experimental_distribute_values_from_function`).
+      index = replicas.index_of_device(device, self._strategy)
+      with tf.device(device):
+        batches = {index: self._prepare(features, weights, tpu_rules=True)}
+    elif replicas.is_distributed(features):
+      # Outside strategy.run, with a distributed batch: one per replica.
+      local = replicas.split((features, weights), self._strategy)
+      devices = replicas.local_devices(self._strategy)
+      batches = {}
+      for i, (device, (f, w)) in enumerate(zip(devices, local)):
+        with tf.device(device):
+          batches[i] = self._prepare(f, w, tpu_rules=True)
+    else:
+      batches = {replicas.local_index(): self._prepare(features, weights,
+                                                       tpu_rules=True)}
+    self._queue.put({i: (batch, bool(training))
+                     for i, batch in batches.items()})
+
+  @_no_autograph
+  def dequeue(self, name: Optional[str] = None):
+    """Returns the activations of the last `enqueue`, shaped like TF's.
+
+    Under a multi-replica strategy, call it inside `strategy.run`: each
+    replica gets the activations of its share of the enqueued batch.
+    """
+    del name
+    if not self._built:
+      raise RuntimeError("dequeue called on unbuilt TPUEmbedding object. "
+                         "Please either call enqueue first or manually call "
+                         "the build method.")
+    index = replicas.local_index()
+    batch, training = self._queue.take(index)
+    activations, backward = self._forward(batch)
+    if training:
+      self._queue.hold(index, backward)
+    return activations
+
+  @_no_autograph
+  def apply_gradients(self, gradients, name: Optional[str] = None):
+    """Updates the rows the last training batch touched.
+
+    `gradients` has the structure of `feature_config`: the gradient of the
+    loss with respect to each dequeued activation. A None gradient counts as
+    zeros (as on the TPU: rows are still touched, which matters for Adam and
+    weight decay).
+    """
+    del name
+    if not self._built:
+      raise RuntimeError("apply_gradients called on unbuilt TPUEmbedding "
+                         "object. Please either call enqueue first or "
+                         "manually call the build method.")
+    index = replicas.local_index()
+    backward = self._queue.release(index)
+    if backward is None:
+      # TF's errors for bad gradients first.
+      step.check_gradients(self._config, self._output_shapes, gradients)
+      raise RuntimeError(
+          "apply_gradients needs a batch enqueued with training=True and "
+          "dequeued in this function (or eagerly), and can be called once "
+          "per enqueue.")
+    try:
+      backward(gradients)
+    except Exception:
+      self._queue.hold(index, backward)
+      raise
+
+  def _create_config_proto(self):
+    """The `TPUEmbeddingConfiguration` TensorFlow's TPU engine would build
+    for these configs and output shapes under the current strategy (one
+    replica per device, one host per worker)."""
+    shapes.check_fully_defined(self._config.paths, self._output_shapes)
+    extended = self._strategy.extended
+    return config_proto.config_proto(
+        config_proto.resolve(self._config.structure, None),
+        self._output_shapes,
+        num_replicas=self._strategy.num_replicas_in_sync,
+        num_hosts=getattr(extended, "num_hosts", 1),
+        pipeline_execution_with_tensor_core=(
+            self._pipeline_execution_with_tensor_core))

@@ -28,10 +28,13 @@ def _call_with(cls, kwargs: Dict[str, Any], what: str):
 
 
 def _optimizer(opt):
-  if opt is None or not isinstance(opt, optimizers._Optimizer):  # pylint: disable=protected-access
+  """TensorFlow's class for a tfemb optimizer; anything else as it is."""
+  if not optimizers.is_optimizer(opt):
     return opt
-  cls = getattr(_tf_embedding, type(opt).__name__)
-  return _call_with(cls, opt._constructor_args(), repr(opt))  # pylint: disable=protected-access
+  declaration = optimizers.identify(opt)
+  if not isinstance(opt, declaration.cls):  # TensorFlow's own
+    return opt
+  return _call_with(declaration.tf_class, opt._constructor_args(), repr(opt))  # pylint: disable=protected-access
 
 
 def _quantization(config):

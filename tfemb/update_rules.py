@@ -1,25 +1,39 @@
 """The TPU embedding engine's update, as pure functions over rows.
 
-Every optimizer runs the same pipeline (SPEC section 2), on the rows a step
-touched (or, for non-lazy Adam, on the whole table):
+Every optimizer runs the same pipeline (docs/numerics.md, "The update"), on
+the rows a step touched (or, for non-lazy Adam, on the whole table):
 
   1. clip the gradient            `clip_gradient`
-  2. the optimizer's rule         `RULES[name]`
+  2. the optimizer's rule         `identify(opt).rule`
   3. decoupled weight decay       `decay_weights`
   4. clip the weights             `clip_weights`
 
 A rule is `rule(opt, w, g, slots, lr) -> (new_w, new_slots)`, where `w` and
 `g` are `[rows, dim]` float32 tensors, `slots` a dict of tensors of the same
-shape keyed by slot name, and `lr` a float32 scalar. Adding an optimizer is
-one such function plus its slot names in `tfemb.optimizers`.
+shape keyed by slot name, and `lr` a float32 scalar. Beside each rule, the
+constants the fused kernels' C++ row rule reads, computed as the rule
+computes them (in double, rounded once to float32 as the attribute the
+kernel gets, as the rule's tensors round them).
+
+Adding an optimizer takes:
+
+  1. its declaration: the parameter class (`tfemb/optimizers/parameters.py`,
+     TensorFlow's constructor, imported into `tfemb.optimizers`), its rule
+     and kernel constants here, and its `Declaration` in
+     `tfemb/optimizers/declarations.py` (name, TensorFlow's class, slot
+     names, rule, constants, proto fields). tfemb exports every declared
+     class, `identify` finds it, the TPU proto and the Keras layer's config
+     read it, and the kernels' build generates the C++ rule table from it;
+  2. its C++ row rule, `RuleRow<Name>` in tfemb/kernels/embedding_kernels.cc;
+  3. its numpy reference, in tests/reference.py;
+  4. its tests: a case in tests/test_training.py's `OPTIMIZERS`, which the
+     training, kernel, width, layout and mirrored tests run.
 """
 
 from typing import Callable, Dict, Tuple
 
 import tensorflow as tf
-from tensorflow.python.tpu import tpu_embedding_v2_utils  # pylint: disable=g-direct-tensorflow-import
 
-_TF_OPTIMIZER = tpu_embedding_v2_utils._Optimizer  # pylint: disable=protected-access
 Slots = Dict[str, tf.Tensor]
 Rule = Callable[..., Tuple[tf.Tensor, Slots]]
 
@@ -50,6 +64,11 @@ def decay_weights(opt, new_w, old_w, lr):
   return new_w - d * old_w
 
 
+def no_constants(opt) -> Dict[str, float]:
+  del opt
+  return {}
+
+
 def sgd(opt, w, g, slots, lr):
   del opt, slots
   return w - lr * g, {}
@@ -73,6 +92,13 @@ def adagrad_momentum(opt, w, g, slots, lr):
   return w - lr * step, {"accumulators": a, "momenta": m}
 
 
+def adagrad_momentum_constants(opt) -> Dict[str, float]:
+  return {"momentum": opt.momentum, "beta2": opt.beta2,
+          "one_minus_beta2": 1 - opt.beta2, "epsilon": opt.epsilon,
+          "power": -1.0 / opt.exponent,
+          "use_nesterov": float(opt.use_nesterov)}
+
+
 def adam(opt, w, g, slots, lr):
   b1, b2, eps = opt.beta_1, opt.beta_2, opt.epsilon
   m = b1 * slots["momenta"] + (1 - b1) * g
@@ -82,6 +108,13 @@ def adam(opt, w, g, slots, lr):
   else:
     step = m / (tf.sqrt(v) + eps)
   return w - lr * step, {"momenta": m, "velocities": v}
+
+
+def adam_constants(opt) -> Dict[str, float]:
+  return {"beta_1": opt.beta_1, "one_minus_beta_1": 1 - opt.beta_1,
+          "beta_2": opt.beta_2, "one_minus_beta_2": 1 - opt.beta_2,
+          "epsilon": opt.epsilon, "epsilon_squared": opt.epsilon * opt.epsilon,
+          "sum_inside_sqrt": float(opt.sum_inside_sqrt)}
 
 
 def ftrl(opt, w, g, slots, lr):
@@ -112,26 +145,12 @@ def ftrl(opt, w, g, slots, lr):
   return new_w, {"accumulators": new_accum, "linears": linear}
 
 
-RULES: Dict[str, Rule] = {
-    "SGD": sgd,
-    "Adagrad": adagrad,
-    "AdagradMomentum": adagrad_momentum,
-    "Adam": adam,
-    "FTRL": ftrl,
-}
-
-
-def rule_name(opt) -> str:
-  """The rule for a tfemb or a TensorFlow embedding optimizer object."""
-  from tfemb import optimizers  # pylint: disable=g-import-not-at-top
-  names = [c.__name__ for c in type(opt).__mro__ if c.__name__ in RULES]
-  if not names or not isinstance(opt, (optimizers._Optimizer, _TF_OPTIMIZER)):  # pylint: disable=protected-access
-    raise ValueError(
-        f"{type(opt)} is an unsupported optimizer class. Please pass an "
-        "instance of one of the optimizer classes under tfemb or "
-        "tf.tpu.experimental.embedding: SGD, Adagrad, AdagradMomentum, Adam, "
-        "FTRL.")
-  return names[0]
+def ftrl_constants(opt) -> Dict[str, float]:
+  return {"power": -opt.learning_rate_power,
+          "l1": opt.l1_regularization_strength,
+          "two_l2": 2 * opt.l2_regularization_strength, "beta": opt.beta,
+          "multiply_linear_by_learning_rate": float(
+              opt.multiply_linear_by_learning_rate)}
 
 
 def learning_rate(opt) -> tf.Tensor:
@@ -144,7 +163,9 @@ def learning_rate(opt) -> tf.Tensor:
 
 def apply(opt, w, g, slots: Slots, lr) -> Tuple[tf.Tensor, Slots]:
   """Runs the whole pipeline: clip g, rule, decay, clip w."""
+  # The declarations name this module's rules: imported here, not above.
+  from tfemb import optimizers  # pylint: disable=g-import-not-at-top
   g = clip_gradient(opt, g)
-  new_w, new_slots = RULES[rule_name(opt)](opt, w, g, slots, lr)
+  new_w, new_slots = optimizers.identify(opt).rule(opt, w, g, slots, lr)
   new_w = decay_weights(opt, new_w, w, lr)
   return clip_weights(opt, new_w), new_slots

@@ -1,4 +1,5 @@
-"""Checks of inputs and gradients that run with the step (SPEC section 4).
+"""Checks of inputs and gradients that run with the step (docs/numerics.md,
+"Errors").
 
 Each function returns assertion ops whose message names the feature or
 table and what was expected; eagerly they raise at once. The engine makes

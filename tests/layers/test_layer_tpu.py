@@ -21,7 +21,7 @@ from tensorflow.python.tpu import tpu_embedding_base  # pylint: disable=g-direct
 import tfemb
 import tfemb.layers
 from test_tpu_delegate import _assert_same_fields
-from tfemb import host_engine
+from tfemb import host as host_engine
 from tpu_stand_in import EmbeddingFeature
 from tpu_stand_in import StandInTPUStrategy
 from tpu_stand_in import use_strategy

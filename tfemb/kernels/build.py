@@ -3,20 +3,23 @@
 `embedding_kernels.cc` and `column_split.cc` are compiled with the
 machine's C++ compiler against the installed TensorFlow's headers
 (`tf.sysconfig`) into one library for the machine's own CPU
-(`-march=native`: AVX2 where it has it, 14-25% off Adam's embedding
-step), in a cache directory keyed by the sources, TensorFlow's version,
-the flags and the CPU the compiler sees, so each machine and TensorFlow
-version builds it once (about 10 seconds) and machines sharing a cache
-directory each get their own build. Without a compiler, or with
-`TFEMB_FUSED_KERNELS=0`, `load()` returns None and the host engine uses
+(`-march=native`: the rows' loops use AVX2 where it has it), in a cache
+directory keyed by the sources, the rule table generated from the
+optimizers' declarations (`rule_table`), TensorFlow's version, the flags
+and the CPU the compiler sees, so each machine and TensorFlow version
+builds it once and machines sharing a cache directory each get their own
+build. Without a compiler, or with the option
+`fused_kernels=False`, `load()` returns None and the host engine uses
 TensorFlow's own ops: the same numbers, slower.
 
-Environment: `CXX` (the compiler, default `c++`), `TFEMB_KERNEL_CACHE` (the
-cache directory, default `$XDG_CACHE_HOME/tfemb` or `~/.cache/tfemb`, or a
-per-user temporary directory where those cannot be written),
-`TFEMB_KERNEL_MARCH` (the `-march` to compile for, default `native`; empty:
-the compiler's default target), `TFEMB_FUSED_KERNELS=0` (never use the
-kernels).
+Options (`tfemb.options`): `fused_kernels`, `kernel_march` (the `-march`
+to compile for; "": the compiler's default target), `kernel_cache` (the
+cache directory; None: `$XDG_CACHE_HOME/tfemb` or `~/.cache/tfemb`, or a
+per-user temporary directory where those cannot be written). Environment:
+`CXX` (the compiler, default `c++`).
+
+A process loads one build: the kernels' ops have fixed names, so the first
+`load()` that finds a library is the one every later call returns.
 """
 
 import fcntl
@@ -26,10 +29,14 @@ import os
 import shutil
 import subprocess
 import tempfile
-from typing import List, Optional, Tuple
+import threading
+from typing import List, Optional, Sequence, Tuple
 
 from absl import logging
 import tensorflow as tf
+
+from tfemb import options
+from tfemb.kernels import rule_table
 
 _HERE = os.path.dirname(__file__)
 SOURCES = [os.path.join(_HERE, name) for name in
@@ -48,11 +55,6 @@ class KernelUnavailable(RuntimeError):
   pass
 
 
-def enabled() -> bool:
-  return os.environ.get("TFEMB_FUSED_KERNELS", "1").lower() not in (
-      "0", "false", "no", "off")
-
-
 def _usable_dir(path: str) -> bool:
   try:
     os.makedirs(path, exist_ok=True)
@@ -61,11 +63,12 @@ def _usable_dir(path: str) -> bool:
   return os.access(path, os.W_OK)
 
 
-def cache_dir() -> str:
-  """`TFEMB_KERNEL_CACHE`, else the user's cache directory, else (when that
+def cache_dir(opts: Optional[options.Options] = None) -> str:
+  """`kernel_cache`, else the user's cache directory, else (when that
   cannot be written, e.g. a read-only home) a per-user temporary one."""
-  if os.environ.get("TFEMB_KERNEL_CACHE"):
-    return os.environ["TFEMB_KERNEL_CACHE"]
+  opts = options.get() if opts is None else opts
+  if opts.kernel_cache:
+    return opts.kernel_cache
   base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
       os.path.expanduser("~"), ".cache")
   path = os.path.join(base, "tfemb")
@@ -78,13 +81,10 @@ def compiler() -> str:
   return os.environ.get("CXX", "c++")
 
 
-def target(march: Optional[str] = None) -> Tuple[List[str], str]:
-  """The `-march` flags to compile for (`march`, default
-  `TFEMB_KERNEL_MARCH` or `native`), and what the compiler makes of them,
-  for the cache key: `native` names a different CPU on each machine. No
-  flags where the compiler refuses them."""
-  if march is None:
-    march = os.environ.get("TFEMB_KERNEL_MARCH", "native")
+def target(march: str) -> Tuple[List[str], str]:
+  """The `-march` flags to compile for, and what the compiler makes of
+  them, for the cache key: `native` names a different CPU on each machine.
+  No flags where the compiler refuses them."""
   return _resolve(compiler(), march)
 
 
@@ -105,41 +105,29 @@ def _resolve(cxx: str, march: str) -> Tuple[List[str], str]:
   return flags, done.stderr
 
 
-def _command(sources: List[str], output: str,
-             march: Optional[str]) -> List[str]:
-  cxx = compiler()
-  if shutil.which(cxx) is None:
-    raise KernelUnavailable(f"no C++ compiler ({cxx!r} not found)")
-  return ([cxx] + CXXFLAGS + target(march)[0] +
-          tf.sysconfig.get_compile_flags() + sources + ["-o", output] +
-          tf.sysconfig.get_link_flags())
-
-
-def library_path(sources: List[str] = SOURCES,
-                 headers: List[str] = HEADERS, name: str = "tfemb_kernels",
-                 march: Optional[str] = None) -> str:
-  """Where these sources and headers, TensorFlow, these flags and this CPU
-  (`march`: as `target`) compile to."""
+def cache_key(texts: Sequence[str], march: str) -> str:
+  """A digest of sources `texts` as compiled here: TensorFlow's version,
+  the flags and the CPU target (`march`, as `target`)."""
   key = hashlib.sha256()
-  for source in sources + headers:
-    with open(source, "rb") as f:
-      key.update(f.read())
+  for text in texts:
+    key.update(text.encode())
   key.update(tf.__version__.encode())
   key.update(" ".join(CXXFLAGS + tf.sysconfig.get_compile_flags()).encode())
   key.update(target(march)[1].encode())
-  return os.path.join(cache_dir(), f"{name}-{key.hexdigest()[:16]}.so")
+  return key.hexdigest()[:16]
 
 
-def build(sources: List[str] = SOURCES, headers: List[str] = HEADERS,
-          name: str = "tfemb_kernels", march: Optional[str] = None) -> str:
-  """Compiles the kernels unless they are in the cache; returns the path.
-  The arguments build other kernel sources the same way (as
-  benchmarks/kernel_ab.py builds an earlier revision's)."""
-  path = library_path(sources, headers, name, march)
+def compile_library(path: str, sources: Sequence[str],
+                    include_dirs: Sequence[str], march: str) -> str:
+  """Compiles `sources` into the shared library `path` unless it exists;
+  returns `path`. One process compiles; others wait for it and find the
+  file."""
   if os.path.exists(path):
     return path
+  cxx = compiler()
+  if shutil.which(cxx) is None:
+    raise KernelUnavailable(f"no C++ compiler ({cxx!r} not found)")
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  # One process compiles; the others wait for it and find the file.
   with open(path + ".lock", "w") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
     if os.path.exists(path):
@@ -147,12 +135,16 @@ def build(sources: List[str] = SOURCES, headers: List[str] = HEADERS,
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
     os.close(fd)
     try:
-      done = subprocess.run(_command(sources, tmp, march),
-                            capture_output=True, text=True, timeout=600,
-                            check=False)
+      command = ([cxx] + CXXFLAGS + target(march)[0] +
+                 [f"-I{d}" for d in include_dirs] +
+                 tf.sysconfig.get_compile_flags() + list(sources) +
+                 ["-o", tmp] + tf.sysconfig.get_link_flags())
+      done = subprocess.run(command, capture_output=True, text=True,
+                            timeout=600, check=False)
       if done.returncode != 0:
-        raise KernelUnavailable(f"compiling {name} failed:\n" +
-                                done.stderr[-2000:])
+        raise KernelUnavailable(
+            f"compiling {os.path.basename(path)} failed:\n" +
+            done.stderr[-2000:])
       os.replace(tmp, path)
     finally:
       if os.path.exists(tmp):
@@ -160,16 +152,61 @@ def build(sources: List[str] = SOURCES, headers: List[str] = HEADERS,
   return path
 
 
-@functools.lru_cache(maxsize=None)
-def load() -> Optional[object]:
-  """The kernels' op module, or None (disabled, or cannot be built)."""
-  if not enabled():
+def write_file(path: str, text: str) -> str:
+  """`text` into `path` unless it is there already (written whole, so a
+  process reading it never sees a part)."""
+  if not os.path.exists(path):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    partial = f"{path}.{os.getpid()}.tmp"
+    with open(partial, "w") as f:
+      f.write(text)
+    os.replace(partial, path)
+  return path
+
+
+def _key(opts: options.Options) -> str:
+  texts = []
+  for source in SOURCES + HEADERS:
+    with open(source) as f:
+      texts.append(f.read())
+  return cache_key(texts + [rule_table.header()], opts.kernel_march)
+
+
+def library_path(opts: Optional[options.Options] = None) -> str:
+  """Where tfemb's kernels compile to under `opts` (default: the current
+  options)."""
+  opts = options.get() if opts is None else opts
+  return os.path.join(cache_dir(opts), f"tfemb_kernels-{_key(opts)}.so")
+
+
+def build(opts: Optional[options.Options] = None) -> str:
+  """Compiles the kernels unless they are in the cache; returns the path."""
+  opts = options.get() if opts is None else opts
+  path = library_path(opts)
+  generated = os.path.join(cache_dir(opts), f"include-{_key(opts)}")
+  write_file(os.path.join(generated, rule_table.FILE_NAME),
+             rule_table.header())
+  return compile_library(path, SOURCES, [generated], opts.kernel_march)
+
+
+_lock = threading.Lock()
+_loaded: List[Optional[object]] = []  # the process's one load, once tried
+
+
+def load(opts: Optional[options.Options] = None) -> Optional[object]:
+  """The kernels' op module, or None (`fused_kernels` off in `opts`,
+  default the current options, or the kernels cannot be built)."""
+  opts = options.get() if opts is None else opts
+  if not opts.fused_kernels:
     return None
-  try:
-    return tf.load_op_library(build())
-  except (KernelUnavailable, OSError, subprocess.SubprocessError,
-          tf.errors.NotFoundError) as e:
-    logging.warning(
-        "tfemb: fused CPU kernels unavailable (%s); the host engine uses "
-        "TensorFlow ops instead (same numbers, slower).", e)
-    return None
+  with _lock:
+    if not _loaded:
+      try:
+        _loaded.append(tf.load_op_library(build(opts)))
+      except (KernelUnavailable, OSError, subprocess.SubprocessError,
+              tf.errors.NotFoundError) as e:
+        logging.warning(
+            "tfemb: fused CPU kernels unavailable (%s); the host engine uses "
+            "TensorFlow ops instead (same numbers, slower).", e)
+        _loaded.append(None)
+    return _loaded[0]

@@ -8,15 +8,15 @@
 //   TfembRowGradients  per-id gradients -> one summed gradient per distinct
 //                      row (in the order of the ids, as unsorted_segment_sum)
 //                      and whether it is finite (or an error naming the table).
-//   TfembApplyRows     the TPU's update (SPEC section 2) on the touched rows of
-//                      a table and its slots, in place: clip g, the optimizer's
-//                      rule, decoupled weight decay, clip w.
+//   TfembApplyRows     the TPU's update (docs/numerics.md) on the touched rows
+//                      of a table and its slots, in place: clip g, the
+//                      optimizer's rule, decoupled weight decay, clip w.
 //
 // A table's slots may also sit beside its parameters in one variable of
 // [rows, (1 + slots) x dim] (parameters first, then the slots in the
 // optimizer's order): TfembDedupGather's `row_width` and TfembApplyRows'
 // `interleaved` say so. A step's lookup then brings in the lines and the
-// page its update needs (benchmarks/README.md: 30% of Adam's step at 5M).
+// page its update needs (benchmarks/layout.py compares the two layouts).
 //
 // A checkpoint save of an interleaved table moves its rows out for a while
 // (column_split.cc): each kernel puts them back first.
@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <unordered_set>
 #include <utility>
@@ -47,6 +48,7 @@
 #include "tensorflow/core/kernels/training_op_helpers.h"
 
 #include "column_split.h"
+#include "tfemb_rules.h"  // generated: tfemb/kernels/rule_table.py
 
 namespace tfemb {
 namespace {
@@ -151,8 +153,8 @@ absl::Status RowGradientsShape(InferenceContext* c) {
 // open addressing over a power-of-two table of at least twice the ids. The
 // table holds only each distinct id's int32 position (-1: empty) and the ids
 // themselves stay in `unique_`: 32 KiB for a batch of 4096 ids, the L1
-// cache's size (int64 ids and positions side by side, 128 KiB, took 1.3x
-// as long; benchmarks/native/dedup.cc).
+// cache's size (int64 ids and positions side by side take four times that,
+// and longer: benchmarks/native/dedup.cc).
 class Dedup {
  public:
   explicit Dedup(int64_t n) {
@@ -205,8 +207,8 @@ inline void CopyRow(float* __restrict to, const float* __restrict from,
 // compiled for a width known in advance: unrolled, no remainder, no trip
 // count to test. Any other width gets W = 0: the loops take `dim` at run
 // time. The floats are the same either way (every loop is element by
-// element). At the suite's width, 32, the embedding step takes 4-16% less
-// time (benchmarks/README.md, "Loops compiled for the row's width").
+// element); the compiled widths are faster (benchmarks/kernel_ab.py
+// compares builds).
 template <typename F>
 inline void WithWidth(int64_t dim, F&& f) {
   switch (dim) {
@@ -293,9 +295,9 @@ class DedupGatherOp : public OpKernel {
     // a compact buffer: the prefetches then run kPrefetchRows distinct rows
     // ahead (in the order of the ids, repeats of popular ids would take
     // half of them); then every id's row from that buffer, which the
-    // caches hold. 20% less time than one pass in the order of the ids
-    // (benchmarks/native/dedup.cc, "positions + distinct rows"), 10% less
-    // for the whole embedding step at 5M rows (benchmarks/kernel_ab.py).
+    // caches hold: faster than one pass in the order of the ids
+    // (benchmarks/native/dedup.cc, "positions + distinct rows"; the whole
+    // step: benchmarks/kernel_ab.py).
     Tensor compact;
     OP_REQUIRES_OK(ctx, ctx->allocate_temp(::tensorflow::DT_FLOAT,
                                            TensorShape({u, dim_}), &compact));
@@ -512,7 +514,7 @@ class RowGradientsOp : public OpKernel {
 // step's learning rate. An open clip side is +-inf, which clips nothing.
 struct Update {
   float lr;
-  float h[8];  // the rule's constants, in the order of tfemb/kernels/ops.py
+  float h[rules::kMaxConstants];  // the rule's, indexed by Rule::k...
   float clip_g_min, clip_g_max, clip_w_min, clip_w_max;
   bool clip_g, clip_w;
   float decay;  // 0: no weight decay; already multiplied by lr if asked
@@ -520,89 +522,126 @@ struct Update {
 
 // One touched row: the rule updates w and the slots s0, s1 in place from the
 // (clipped) gradient g. Each loop runs over `dim` floats with no aliasing,
-// so the compiler vectorizes it.
-template <int kRule>
+// so the compiler vectorizes it. One specialization per optimizer's rule;
+// its constants are p.h[Rule::k...] (tfemb_rules.h, generated from the
+// optimizers' declarations: `kernel_constants` in tfemb/update_rules.py).
+template <typename Rule>
 inline void RuleRow(const Update& p, const float* __restrict g,
                     float* __restrict w, float* __restrict s0,
                     float* __restrict s1, int64_t dim) {
+  static_assert(sizeof(Rule) == 0,
+                "a declared optimizer has no RuleRow<Rule> specialization");
+}
+
+template <>
+inline void RuleRow<rules::SGD>(const Update& p, const float* __restrict g,
+                                float* __restrict w, float* __restrict s0,
+                                float* __restrict s1, int64_t dim) {
   const float lr = p.lr;
-  if (kRule == 0) {  // SGD
-    for (int64_t d = 0; d < dim; ++d) w[d] = w[d] - lr * g[d];
-  } else if (kRule == 1) {  // Adagrad
+  for (int64_t d = 0; d < dim; ++d) w[d] = w[d] - lr * g[d];
+}
+
+template <>
+inline void RuleRow<rules::Adagrad>(const Update& p,
+                                    const float* __restrict g,
+                                    float* __restrict w, float* __restrict s0,
+                                    float* __restrict s1, int64_t dim) {
+  const float lr = p.lr;
+  for (int64_t d = 0; d < dim; ++d) {
+    const float a = s0[d] + g[d] * g[d];
+    s0[d] = a;
+    w[d] = w[d] - lr * g[d] * (1.0f / std::sqrt(a));
+  }
+}
+
+template <>
+inline void RuleRow<rules::AdagradMomentum>(
+    const Update& p, const float* __restrict g, float* __restrict w,
+    float* __restrict s0, float* __restrict s1, int64_t dim) {
+  using R = rules::AdagradMomentum;
+  const float lr = p.lr;
+  const float momentum = p.h[R::kMomentum], beta2 = p.h[R::kBeta2];
+  const float one_minus_beta2 = p.h[R::kOneMinusBeta2];
+  const float epsilon = p.h[R::kEpsilon], power = p.h[R::kPower];
+  const bool nesterov = p.h[R::kUseNesterov] != 0.0f, plain = beta2 == 1.0f;
+  for (int64_t d = 0; d < dim; ++d) {
+    const float a = plain ? s0[d] + g[d] * g[d]
+                          : beta2 * s0[d] + one_minus_beta2 * g[d] * g[d];
+    const float scaled = g[d] * std::pow(a + epsilon, power);
+    const float m = momentum * s1[d] + scaled;
+    const float step = nesterov ? momentum * m + scaled : m;
+    s0[d] = a;
+    s1[d] = m;
+    w[d] = w[d] - lr * step;
+  }
+}
+
+template <>
+inline void RuleRow<rules::Adam>(const Update& p, const float* __restrict g,
+                                 float* __restrict w, float* __restrict s0,
+                                 float* __restrict s1, int64_t dim) {
+  using R = rules::Adam;
+  const float lr = p.lr;
+  const float b1 = p.h[R::kBeta1], c1 = p.h[R::kOneMinusBeta1];
+  const float b2 = p.h[R::kBeta2], c2 = p.h[R::kOneMinusBeta2];
+  const float eps = p.h[R::kEpsilon], eps2 = p.h[R::kEpsilonSquared];
+  if (p.h[R::kSumInsideSqrt] != 0.0f) {
     for (int64_t d = 0; d < dim; ++d) {
-      const float a = s0[d] + g[d] * g[d];
-      s0[d] = a;
-      w[d] = w[d] - lr * g[d] * (1.0f / std::sqrt(a));
+      const float m = b1 * s0[d] + c1 * g[d];
+      const float v = b2 * s1[d] + c2 * g[d] * g[d];
+      s0[d] = m;
+      s1[d] = v;
+      w[d] = w[d] - lr * (m * (1.0f / std::sqrt(v + eps2)));
     }
-  } else if (kRule == 2) {  // AdagradMomentum: momentum, beta2, 1 - beta2,
-                            // epsilon, -1 / exponent, use_nesterov
-    const float momentum = p.h[0], beta2 = p.h[1], one_minus_beta2 = p.h[2];
-    const float epsilon = p.h[3], power = p.h[4];
-    const bool nesterov = p.h[5] != 0.0f, plain = beta2 == 1.0f;
+  } else {
     for (int64_t d = 0; d < dim; ++d) {
-      const float a = plain ? s0[d] + g[d] * g[d]
-                            : beta2 * s0[d] + one_minus_beta2 * g[d] * g[d];
-      const float scaled = g[d] * std::pow(a + epsilon, power);
-      const float m = momentum * s1[d] + scaled;
-      const float step = nesterov ? momentum * m + scaled : m;
-      s0[d] = a;
-      s1[d] = m;
-      w[d] = w[d] - lr * step;
+      const float m = b1 * s0[d] + c1 * g[d];
+      const float v = b2 * s1[d] + c2 * g[d] * g[d];
+      s0[d] = m;
+      s1[d] = v;
+      w[d] = w[d] - lr * (m / (std::sqrt(v) + eps));
     }
-  } else if (kRule == 3) {  // Adam: b1, 1 - b1, b2, 1 - b2, eps, eps * eps,
-                            // sum_inside_sqrt
-    const float b1 = p.h[0], c1 = p.h[1], b2 = p.h[2], c2 = p.h[3];
-    const float eps = p.h[4], eps2 = p.h[5];
-    if (p.h[6] != 0.0f) {
-      for (int64_t d = 0; d < dim; ++d) {
-        const float m = b1 * s0[d] + c1 * g[d];
-        const float v = b2 * s1[d] + c2 * g[d] * g[d];
-        s0[d] = m;
-        s1[d] = v;
-        w[d] = w[d] - lr * (m * (1.0f / std::sqrt(v + eps2)));
-      }
+  }
+}
+
+// TF's ApplyFtrlV2, with beta in the quadratic term (the proto's).
+template <>
+inline void RuleRow<rules::FTRL>(const Update& p, const float* __restrict g,
+                                 float* __restrict w, float* __restrict s0,
+                                 float* __restrict s1, int64_t dim) {
+  using R = rules::FTRL;
+  const float lr = p.lr;
+  const float power = p.h[R::kPower], l1 = p.h[R::kL1];
+  const float l2x2 = p.h[R::kTwoL2], beta = p.h[R::kBeta];
+  const bool by_lr = p.h[R::kMultiplyLinearByLearningRate] != 0.0f;
+  for (int64_t d = 0; d < dim; ++d) {
+    const float accum = s0[d], old_w = w[d];
+    const float new_accum = accum + g[d] * g[d];
+    float sigma, new_accum_pow;
+    if (power == 0.5f) {
+      sigma = std::sqrt(new_accum) - std::sqrt(accum);
+      new_accum_pow = std::sqrt(new_accum);
     } else {
-      for (int64_t d = 0; d < dim; ++d) {
-        const float m = b1 * s0[d] + c1 * g[d];
-        const float v = b2 * s1[d] + c2 * g[d] * g[d];
-        s0[d] = m;
-        s1[d] = v;
-        w[d] = w[d] - lr * (m / (std::sqrt(v) + eps));
-      }
+      new_accum_pow = std::pow(new_accum, power);
+      sigma = new_accum_pow - std::pow(accum, power);
     }
-  } else {  // FTRL (TF's ApplyFtrlV2, beta in the quadratic term): power,
-            // l1, 2 * l2, beta, multiply_linear_by_learning_rate
-    const float power = p.h[0], l1 = p.h[1], l2x2 = p.h[2], beta = p.h[3];
-    const bool by_lr = p.h[4] != 0.0f;
-    for (int64_t d = 0; d < dim; ++d) {
-      const float accum = s0[d], old_w = w[d];
-      const float new_accum = accum + g[d] * g[d];
-      float sigma, new_accum_pow;
-      if (power == 0.5f) {
-        sigma = std::sqrt(new_accum) - std::sqrt(accum);
-        new_accum_pow = std::sqrt(new_accum);
-      } else {
-        new_accum_pow = std::pow(new_accum, power);
-        sigma = new_accum_pow - std::pow(accum, power);
-      }
-      float linear, l1_limit, quadratic;
-      if (by_lr) {
-        linear = s1[d] + g[d] * lr - sigma * old_w;
-        l1_limit = l1 * lr;
-        quadratic = new_accum_pow + l2x2 * lr + beta;
-      } else {
-        linear = s1[d] + g[d] - sigma / lr * old_w;
-        l1_limit = l1;
-        quadratic = new_accum_pow / lr + l2x2 + beta / lr;
-      }
-      const float shrunk =
-          std::min(std::max(linear, -l1_limit), l1_limit) - linear;
-      s0[d] = new_accum;
-      s1[d] = linear;
-      w[d] = std::fabs(linear) > l1_limit
-                 ? shrunk / (quadratic == 0.0f ? 1.0f : quadratic)
-                 : 0.0f;
+    float linear, l1_limit, quadratic;
+    if (by_lr) {
+      linear = s1[d] + g[d] * lr - sigma * old_w;
+      l1_limit = l1 * lr;
+      quadratic = new_accum_pow + l2x2 * lr + beta;
+    } else {
+      linear = s1[d] + g[d] - sigma / lr * old_w;
+      l1_limit = l1;
+      quadratic = new_accum_pow / lr + l2x2 + beta / lr;
     }
+    const float shrunk =
+        std::min(std::max(linear, -l1_limit), l1_limit) - linear;
+    s0[d] = new_accum;
+    s1[d] = linear;
+    w[d] = std::fabs(linear) > l1_limit
+               ? shrunk / (quadratic == 0.0f ? 1.0f : quadratic)
+               : 0.0f;
   }
 }
 
@@ -617,7 +656,7 @@ inline void ClipRow(float* to, const float* from, float lo, float hi,
 // i * stride: stride is dim for separate variables, or (1 + slots) x dim with
 // the slots beside the parameters in one variable (s0 = w + dim, ...).
 // kDim: the row width compiled in (WithWidth), or 0 for `width` at run time.
-template <int kRule, int64_t kDim>
+template <typename Rule, int64_t kDim>
 void ApplyAll(const Update& p, const int64_t* ids, const float* grads,
               int64_t u, int64_t width, int64_t stride, float* w, float* s0,
               float* s1) {
@@ -642,7 +681,7 @@ void ApplyAll(const Update& p, const int64_t* ids, const float* grads,
     }
     float* wr = w + at;
     if (p.decay != 0.0f) std::copy(wr, wr + dim, old.data());
-    RuleRow<kRule>(p, g, wr, s0 ? s0 + at : nullptr, s1 ? s1 + at : nullptr,
+    RuleRow<Rule>(p, g, wr, s0 ? s0 + at : nullptr, s1 ? s1 + at : nullptr,
                    dim);
     if (p.decay != 0.0f) {
       const float decay = p.decay;
@@ -651,6 +690,42 @@ void ApplyAll(const Update& p, const int64_t* ids, const float* grads,
     }
     if (p.clip_w) ClipRow(wr, wr, p.clip_w_min, p.clip_w_max, dim);
   }
+}
+
+// ApplyAll for `Rule`, its loops compiled for the row's width where
+// WithWidth has it.
+template <typename Rule>
+void ApplyRule(const Update& p, const int64_t* ids, const float* grads,
+               int64_t u, int64_t width, int64_t stride, float* w, float* s0,
+               float* s1) {
+  WithWidth(width, [&](auto k) {
+    ApplyAll<Rule, decltype(k)::value>(p, ids, grads, u, width, stride, w,
+                                       s0, s1);
+  });
+}
+
+using ApplyFn = void (*)(const Update&, const int64_t*, const float*,
+                         int64_t, int64_t, int64_t, float*, float*, float*);
+
+// A rule as TfembApplyRows finds it by name among the declared ones.
+struct Rule {
+  ApplyFn apply = nullptr;
+  int slots = 0;
+  int constants = 0;
+};
+
+// RuleRow takes at most two slots (s0, s1); ApplyAll and ApplyRowsOp
+// would need a third pointer for an optimizer with more.
+static_assert(rules::kMaxSlots <= 2, "an optimizer has more than two slots");
+
+template <typename... Rules>
+bool FindRule(const std::string& name, std::tuple<Rules...>*, Rule* found) {
+  return ((name == Rules::kName
+               ? (*found = Rule{&ApplyRule<Rules>, Rules::kSlots,
+                                Rules::kConstants},
+                  true)
+               : false) ||
+          ...);
 }
 
 // Exclusive locks on variables, taken in the given order, released at the
@@ -692,22 +767,16 @@ class ApplyRowsOp : public OpKernel {
     p_.clip_w_max = clip_w[1];
     p_.clip_g = !std::isinf(clip_g[0]) || !std::isinf(clip_g[1]);
     p_.clip_w = !std::isinf(clip_w[0]) || !std::isinf(clip_w[1]);
-    static const char* kRules[] = {"SGD", "Adagrad", "AdagradMomentum",
-                                   "Adam", "FTRL"};
-    static const int kSlots[] = {0, 1, 2, 2, 2};
-    static const int kConstants[] = {0, 0, 6, 7, 5};
-    rule_ = -1;
-    for (int i = 0; i < 5; ++i) {
-      if (rule == kRules[i]) rule_ = i;
-    }
-    OP_REQUIRES(ctx, rule_ >= 0,
+    Rule found;
+    OP_REQUIRES(ctx, FindRule(rule, static_cast<rules::All*>(nullptr), &found),
                 absl::InvalidArgumentError("unknown rule " + rule));
-    slots_ = kSlots[rule_];
+    apply_ = found.apply;
+    slots_ = found.slots;
     OP_REQUIRES(ctx, ctx->num_inputs() - 4 == (interleaved_ ? 0 : slots_) &&
-                         static_cast<int>(h.size()) == kConstants[rule_],
+                         static_cast<int>(h.size()) == found.constants,
                 absl::InvalidArgumentError(
                     "wrong number of slots or constants for " + rule));
-    std::fill(p_.h, p_.h + 8, 0.0f);
+    std::fill(p_.h, p_.h + rules::kMaxConstants, 0.0f);
     std::copy(h.begin(), h.end(), p_.h);
   }
 
@@ -771,16 +840,7 @@ class ApplyRowsOp : public OpKernel {
     }
     const float* g = grads.flat<float>().data();
     float *w = data[0], *s0 = data[1], *s1 = data[2];
-    WithWidth(dim, [&](auto width) {
-      constexpr int64_t k = decltype(width)::value;
-      switch (rule_) {
-        case 0: ApplyAll<0, k>(p, id, g, u, dim, stride, w, s0, s1); break;
-        case 1: ApplyAll<1, k>(p, id, g, u, dim, stride, w, s0, s1); break;
-        case 2: ApplyAll<2, k>(p, id, g, u, dim, stride, w, s0, s1); break;
-        case 3: ApplyAll<3, k>(p, id, g, u, dim, stride, w, s0, s1); break;
-        default: ApplyAll<4, k>(p, id, g, u, dim, stride, w, s0, s1);
-      }
-    });
+    apply_(p, id, g, u, dim, stride, w, s0, s1);
   }
 
  private:
@@ -788,7 +848,7 @@ class ApplyRowsOp : public OpKernel {
   Update p_;
   bool decay_by_lr_;
   bool interleaved_;  // slots beside the parameters, in one variable
-  int rule_;
+  ApplyFn apply_;
   int slots_;
 };
 

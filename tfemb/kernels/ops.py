@@ -1,10 +1,12 @@
 """The fused kernels as functions of the host engine's tensors and configs.
 
-`usable(variables)` tells whether a table's variables can take them:
-resource variables on the CPU, plain or mirrored (`MirroredStrategy`,
+`usable(variables, optimizer, opts)` tells whether a table's variables can
+take them: the kernels on in `opts` (`tfemb.options`) and built, a lazy
+rule, resource variables on the CPU, plain or mirrored (`MirroredStrategy`,
 `MultiWorkerMirroredStrategy`: each replica's kernels work on its own
 copy), not sharded over parameter servers, not on a GPU. Each function
-below is one op per table:
+below is one op per table, run by the build this process loaded
+(`build.load`):
 
 * `dedup_gather(table, ids, ...)`: the distinct ids of every feature of the
   table, each id's position among them, and each id's row; ids outside
@@ -12,24 +14,28 @@ below is one op per table:
 * `row_gradients(grads, positions, unique_ids, ...)`: the summed gradient of
   each distinct row and whether it is finite (or raise, naming the table).
 * `apply_rows(table, variables, ids, grads, lr)`: the table's optimizer on
-  those rows, in place (SPEC section 2, lazy).
+  those rows, in place (docs/numerics.md, "The update"; lazy).
 * `read_columns`, `write_columns`, `split_columns`, `rejoin_columns`: an
   interleaved table's columns, read, written, and saved without a second
   copy of the table.
 * `advise_huge_pages(variable)`: 2 MiB pages for a table created empty.
 
-The update's constants are the float32 values `tfemb.update_rules` uses,
-computed here in Python the same way, so the kernel rounds as it does.
+The update's rule and constants come from the optimizer's declaration
+(`tfemb.optimizers.identify`): the constants are the values its rule in
+`tfemb.update_rules` uses, computed in Python the same way, so the kernel
+rounds as it does.
 """
 
+import dataclasses
 import math
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import optimizers
+from tfemb import options
 from tfemb import replicas
-from tfemb import update_rules
 from tfemb.kernels import build
 
 for _op in ("TfembDedupGather", "TfembRowGradients", "TfembApplyRows",
@@ -47,9 +53,11 @@ def _read_columns_gradient(op, grad):
   return [grad]
 
 
-def usable(variables: Dict[str, tf.Variable], optimizer) -> bool:
-  """True if this table can use the fused kernels."""
-  if build.load() is None:
+def usable(variables: Dict[str, tf.Variable], optimizer,
+           opts: Optional[options.Options] = None) -> bool:
+  """True if this table can use the fused kernels under `opts` (default:
+  the current options)."""
+  if build.load(opts) is None:
     return False
   if optimizer is not None and not getattr(optimizer, "lazy_adam", True):
     return False  # non-lazy Adam updates every row: TensorFlow ops
@@ -81,6 +89,13 @@ def _storage(variable):
   return getattr(variable, "interleaved_storage", variable)
 
 
+def _library():
+  """The kernels this process loaded: whoever calls an op here has found
+  them usable (`usable`, `advise_huge_pages`) or holds an interleaved
+  table, which only they make."""
+  return build.load(dataclasses.replace(options.get(), fused_kernels=True))
+
+
 def _handle(variable):
   """The handle of the variable that holds it, its use recorded as
   TensorFlow's own variable ops record it (so functions that use it track
@@ -96,13 +111,15 @@ def _row_width(variable) -> int:
   return 0 if storage is variable else int(storage.shape[1])
 
 
-def advise_huge_pages(variable) -> None:
+def advise_huge_pages(variable,
+                      opts: Optional[options.Options] = None) -> None:
   """Asks Linux for 2 MiB pages under each CPU copy of `variable`, a table
   created empty, before it is filled: the fill's page faults then take huge
   pages, and the first step has none to collapse (`embedding_kernels.cc`,
-  "huge pages"). Nothing without the kernels, outside eager execution, or
-  for copies that are not CPU resource variables."""
-  library = build.load()
+  "huge pages"). Nothing without the kernels (`opts`, default the current
+  options), outside eager execution, or for copies that are not CPU
+  resource variables."""
+  library = build.load(opts)
   if library is None or not tf.executing_eagerly():
     return
   for copy in replicas.copies(variable):
@@ -115,16 +132,15 @@ def advise_huge_pages(variable) -> None:
 def read_columns(storage, begin: int, width: int) -> tf.Tensor:
   """Columns [begin, begin + width) of `storage`, without a copy of the
   whole storage."""
-  return build.load().tfemb_read_columns(table=storage.handle, begin=begin,
-                                         width=width)
+  return _library().tfemb_read_columns(table=storage.handle, begin=begin,
+                                       width=width)
 
 
 def write_columns(storage, begin: int, value, row: int = 0) -> None:
   """`value` into rows [row, row + len(value)) of columns [begin, begin +
   width) of `storage`, in place (no copy of the storage)."""
-  build.load().tfemb_write_columns(table=storage.handle, value=value,
-                                   row=tf.constant(row, tf.int64),
-                                   begin=begin)
+  _library().tfemb_write_columns(table=storage.handle, value=value,
+                                 row=tf.constant(row, tf.int64), begin=begin)
 
 
 def split_columns(storage, parts: int) -> tf.Tensor:
@@ -132,36 +148,31 @@ def split_columns(storage, parts: int) -> tf.Tensor:
   a checkpoint save: the storage's rows move into the blocks (its memory
   given back) and return when the blocks' last tensor is gone
   (`column_split.cc`)."""
-  return build.load().tfemb_split_columns(table=storage.handle, parts=parts)
+  return _library().tfemb_split_columns(table=storage.handle, parts=parts)
 
 
 def rejoin_columns(storage) -> None:
   """Puts `storage`'s rows back now if a save has split them."""
-  build.load().tfemb_rejoin_columns(table=storage.handle)
+  _library().tfemb_rejoin_columns(table=storage.handle)
 
 
 def dedup_gather(table, variable, ids: Sequence[tf.Tensor],
-                 feature_names: Sequence[str], row_width: int = 0,
-                 library=None):
+                 feature_names: Sequence[str]):
   """(unique_ids [u], positions [n], rows [n, dim]) for the table's ids.
 
-  `row_width`: the variable's width when it holds the slots beside the
-  parameters (the parameters are its first `dim` columns); 0: `dim`, or
-  the storage's width for an interleaved table's parameters. `library`
-  (here and below): another build of these kernels, with the same op
-  names (benchmarks/kernel_ab.py); by default tfemb's own.
+  `variable`: the table's parameters, a plain variable or a column view of
+  an interleaved table (whose storage the kernel reads).
   """
-  return (library or build.load()).tfemb_dedup_gather(
+  return _library().tfemb_dedup_gather(
       table=_handle(variable), ids=[tf.cast(i, tf.int64) for i in ids],
       vocabulary_size=table.vocabulary_size, dim=table.dim,
       feature_names=list(feature_names), table_name=table.name,
-      row_width=row_width or _row_width(variable))
+      row_width=_row_width(variable))
 
 
-def row_gradients(table, grads, positions, unique_ids, raise_non_finite,
-                  library=None):
+def row_gradients(table, grads, positions, unique_ids, raise_non_finite):
   """(row gradients [u, dim], finite) summed in the order of the ids."""
-  return (library or build.load()).tfemb_row_gradients(
+  return _library().tfemb_row_gradients(
       gradients=grads, positions=positions, unique_ids=unique_ids,
       table_name=table.name, raise_non_finite=raise_non_finite)
 
@@ -171,43 +182,33 @@ def _bounds(lower, upper) -> List[float]:
           math.inf if upper is None else float(upper)]
 
 
-def constants(opt) -> Tuple[str, List[float]]:
-  """The rule and its constants, as `tfemb.update_rules` computes them."""
-  rule = update_rules.rule_name(opt)
-  if rule == "AdagradMomentum":
-    return rule, [opt.momentum, opt.beta2, 1 - opt.beta2, opt.epsilon,
-                  -1.0 / opt.exponent, float(opt.use_nesterov)]
-  if rule == "Adam":
-    return rule, [opt.beta_1, 1 - opt.beta_1, opt.beta_2, 1 - opt.beta_2,
-                  opt.epsilon, opt.epsilon * opt.epsilon,
-                  float(opt.sum_inside_sqrt)]
-  if rule == "FTRL":
-    return rule, [-opt.learning_rate_power, opt.l1_regularization_strength,
-                  2 * opt.l2_regularization_strength, opt.beta,
-                  float(opt.multiply_linear_by_learning_rate)]
-  return rule, []
-
-
-def apply_rows(table, variables, ids, grads, lr, interleaved=False,
-               library=None):
-  """The table's optimizer on rows `ids` of the table and its slots.
-
-  With `interleaved`, `variables["parameters"]` holds the slots too: a
-  variable of [rows, (1 + slots) x dim], the parameters first, then each
-  slot in the optimizer's order.
-  """
-  opt = table.optimizer
-  rule, hyperparameters = constants(opt)
-  interleaved = interleaved or bool(_row_width(variables["parameters"]))
-  slots = [] if interleaved else [
-      _handle(variables[n]) for n in opt._slot_names()]  # pylint: disable=protected-access
-  return (library or build.load()).tfemb_apply_rows(
-      parameters=_handle(variables["parameters"]), slots=slots, ids=ids,
-      gradients=grads, learning_rate=lr, table_name=table.name, rule=rule,
-      hyperparameters=hyperparameters,
+def update_attributes(opt) -> Dict[str, Any]:
+  """TfembApplyRows' attributes for optimizer `opt`: its rule and
+  constants (from its declaration), clipping bounds and weight decay."""
+  declaration = optimizers.identify(opt)
+  return dict(
+      rule=declaration.name,
+      hyperparameters=list(declaration.kernel_constants(opt).values()),
       clip_gradient=_bounds(opt.clip_gradient_min, opt.clip_gradient_max),
       clip_weight=_bounds(opt.clip_weight_min, opt.clip_weight_max),
       weight_decay_factor=float(opt.weight_decay_factor or 0.0),
       multiply_weight_decay_by_lr=bool(
-          opt.multiply_weight_decay_factor_by_learning_rate),
-      interleaved=interleaved)
+          opt.multiply_weight_decay_factor_by_learning_rate))
+
+
+def apply_rows(table, variables, ids, grads, lr):
+  """The table's optimizer on rows `ids` of the table and its slots.
+
+  `variables`: the table's, by name ("parameters" and each slot's). When
+  the parameters are a column view of an interleaved table, its storage
+  holds the slots too: [rows, (1 + slots) x dim], the parameters first,
+  then each slot in the optimizer's order.
+  """
+  opt = table.optimizer
+  interleaved = bool(_row_width(variables["parameters"]))
+  slots = [] if interleaved else [
+      _handle(variables[n]) for n in optimizers.identify(opt).slots]
+  return _library().tfemb_apply_rows(
+      parameters=_handle(variables["parameters"]), slots=slots, ids=ids,
+      gradients=grads, learning_rate=lr, table_name=table.name,
+      interleaved=interleaved, **update_attributes(opt))

@@ -22,14 +22,14 @@ The layer subclasses `tf.keras.layers.Layer`: Keras 3 by default, tf_keras
 with `TF_USE_LEGACY_KERAS=1`.
 """
 
+import copy
 from typing import Any, Dict, Optional
 
 import numpy as np
 import tensorflow as tf
 
-from tfemb import configs
-from tfemb import inputs
-from tfemb import update_rules
+from tfemb import resolution
+from tfemb import shapes
 from tfemb.layers import engines
 from tfemb.layers import keras_optimizers
 from tfemb.layers import serialization
@@ -73,11 +73,8 @@ def normalize_optimizer(optimizer):
           f"Unknown optimizer name {optimizer!r}. Please use one of 'sgd', "
           "'adagrad', 'adam', or 'ftrl'.")
     return getattr(optimizers, _OPTIMIZERS_BY_NAME[optimizer.lower()])()
-  try:
-    update_rules.rule_name(optimizer)
+  if optimizers.is_optimizer(optimizer):
     return optimizer
-  except ValueError:
-    pass
   module = type(optimizer).__module__
   if module.startswith(("keras.", "tf_keras.")):
     return keras_optimizers.translate_keras_optimizer(optimizer)
@@ -87,36 +84,11 @@ def normalize_optimizer(optimizer):
       "(or tf.tpu.experimental.embedding's) optimizer classes.")
 
 
-def _clone_features(feature_config):
-  """Copies the configs, so the layer never changes the user's objects.
-
-  Returns the copy and `[(user TableConfig, layer's TableConfig)]`.
-  """
-  tables = {}
-  clones = []
-  for feature in tf.nest.flatten(feature_config):
-    table = feature.table
-    if table not in tables:
-      tables[table] = configs.TableConfig(
-          vocabulary_size=table.vocabulary_size,
-          dim=table.dim,
-          initializer=table.initializer,
-          optimizer=normalize_optimizer(table.optimizer),
-          combiner=table.combiner,
-          name=table.name,
-          quantization_config=table.quantization_config)
-    clones.append(_clone_feature(feature, tables[table]))
-  return (tf.nest.pack_sequence_as(feature_config, clones),
-          list(tables.items()))
-
-
-def _clone_feature(feature, table):
-  return configs.FeatureConfig(
-      table=table,
-      max_sequence_length=feature.max_sequence_length,
-      validate_weights_and_indices=feature.validate_weights_and_indices,
-      output_shape=feature.output_shape,
-      name=feature.name)
+def _with_table(feature, table):
+  """A copy of `feature` that looks `table` up."""
+  feature = copy.copy(feature)
+  feature.table = table
+  return feature
 
 
 @tf.keras.utils.register_keras_serializable(package="tfemb")
@@ -161,9 +133,13 @@ class TPUEmbedding(tf.keras.layers.Layer):
                sparse_core_embedding_config: Any = None,
                **kwargs):
     super().__init__(**kwargs)
-    self._feature_config, self._table_config_map = _clone_features(
-        feature_config)
     self._optimizer = normalize_optimizer(optimizer)
+    # Copies, named and with their optimizers (`tfemb.resolution`): the
+    # layer never changes the user's objects.
+    resolved = resolution.resolve(feature_config, self._optimizer,
+                                  normalize=normalize_optimizer)
+    self._feature_config = resolved.structure
+    self._table_config_map = list(zip(resolved.user_tables, resolved.tables))
     self._creation_strategy = tf.distribute.get_strategy()
     self._sparse_core_embedding_config = sparse_core_embedding_config
     self._pipeline_execution_with_tensor_core = (
@@ -195,8 +171,8 @@ class TPUEmbedding(tf.keras.layers.Layer):
   def _bind_learning_rates(self):
     """Keras-translated learning rates count steps in a layer weight, so the
     step (schedules, Adam's bias correction) is saved with the model."""
-    rates = engines.keras_learning_rates(
-        [ours for _, ours in self._table_config_map], self._optimizer)
+    rates = resolution.counting_learning_rates(
+        [ours for _, ours in self._table_config_map])
     if rates:
       self.embedding_iterations = self.add_weight(
           name="embedding_iterations", shape=(), initializer="zeros",
@@ -258,7 +234,7 @@ class TPUEmbedding(tf.keras.layers.Layer):
                           tf.nest.flatten(self._feature_config)):
       kind = ("ragged" if getattr(x, "ragged", False) else
               "sparse" if getattr(x, "sparse", False) else "dense")
-      shape = inputs.static_output_shape(tf.TensorShape(x.shape), kind,
+      shape = shapes.from_lookup_input(tf.TensorShape(x.shape), kind,
                                          feature)
       specs.append(tf.keras.KerasTensor(
           shape.concatenate([feature.table.dim]).as_list(), dtype="float32"))
@@ -272,7 +248,7 @@ class TPUEmbedding(tf.keras.layers.Layer):
         raise ValueError(
             f"TableConfig {feature.table} does not match any of the "
             "TableConfigs used to configure this layer.")
-      clones.append(_clone_feature(feature, mapping[id(feature.table)]))
+      clones.append(_with_table(feature, mapping[id(feature.table)]))
     return tf.nest.pack_sequence_as(serving_config, clones)
 
   @property
@@ -310,7 +286,7 @@ class TPUEmbedding(tf.keras.layers.Layer):
     config = super().get_config()
     config.update(
         feature_config=serialization.feature_config_to_config(
-            self._feature_config),
+            self._feature_config, global_optimizer=self._optimizer),
         optimizer=serialization.optimizer_to_config(self._optimizer,
                                                     "(the layer's optimizer)"),
         pipeline_execution_with_tensor_core=(

@@ -36,6 +36,7 @@ from tensorflow.python.saved_model import save_context  # pylint: disable=g-dire
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
 from tfemb import mid_level
+from tfemb import resolution
 from tfemb import tf_conversion
 from tfemb.tpu import delegate
 
@@ -48,7 +49,8 @@ def make_engine(feature_config, optimizer, table_config_map, strategy,
   """The adapter for `strategy`: the host engine unless it is a TPUStrategy.
 
   Args:
-    feature_config: the layer's (cloned) `FeatureConfig`s.
+    feature_config: the layer's resolved `FeatureConfig`s (named tables
+      with their optimizers: `tfemb.resolution`).
     optimizer: the layer's embedding optimizer (or None).
     table_config_map: `[(user TableConfig, layer's TableConfig)]`.
     strategy: the strategy the layer is created under.
@@ -66,27 +68,6 @@ def make_engine(feature_config, optimizer, table_config_map, strategy,
   return adapter(feature_config, optimizer, table_config_map, strategy,
                  pipeline_execution_with_tensor_core, feature,
                  sparse_core_embedding_config)
-
-
-def keras_learning_rates(tables, optimizer) -> List[Any]:
-  """The step-counting learning rates (Keras-translated) of `tables`, once
-  each; a table without an optimizer has `optimizer`'s."""
-  rates = []
-  for table in tables:
-    lr = getattr(table.optimizer or optimizer, "learning_rate", None)
-    if hasattr(lr, "advance") and not any(lr is r for r in rates):
-      rates.append(lr)
-  return rates
-
-
-def _complete_tables(tables, optimizer):
-  """Names and optimizers of the layer's TableConfigs, as the host engine
-  (and TensorFlow's) fills them in, so they are the same on every path."""
-  for i, table in enumerate(tables):
-    if table.optimizer is None:
-      table.optimizer = optimizer
-    if table.name is None:
-      table.name = f"table_{i}"
 
 
 def _slots_in_order(slots: Dict[str, tf.Variable]) -> List[tf.Variable]:
@@ -167,16 +148,14 @@ class _TPUEngine:
     self.embedding_feature = embedding_feature
     self._feature_config = feature_config
     self._table_config_map = table_config_map
-    # Named as TensorFlow would: the engine keys its variables by these names.
-    _complete_tables([ours for _, ours in table_config_map], optimizer)
     tf_features = tf_conversion.to_tensorflow(feature_config)
     self._check_features(tf_features)
     self.engine = delegate.make_tpu_embedding(
         tf_features, optimizer, pipeline_execution_with_tensor_core,
         strategy=strategy, embedding_feature=embedding_feature,
         sparse_core_embedding_config=sparse_core_embedding_config)
-    self._learning_rates = keras_learning_rates(
-        [ours for _, ours in table_config_map], optimizer)
+    self._learning_rates = resolution.counting_learning_rates(
+        [ours for _, ours in table_config_map])
 
   def _check_features(self, tf_features):
     pass
@@ -324,7 +303,7 @@ class TPUEngineV0(_TPUEngine):
   trainable variables of the layer, updated by the model's Keras optimizer.
 
   TensorFlow's V0 applies no embedding optimizer, so the embedding
-  optimizer's numbers (SPEC section 2) do not hold here.
+  optimizer's numbers (docs/numerics.md) do not hold here.
   """
 
   trains_in_backward = False

@@ -17,7 +17,6 @@ from tensorflow.python.ops import init_ops_v2  # pylint: disable=g-direct-tensor
 
 from tfemb import configs
 from tfemb import optimizers
-from tfemb import update_rules
 from tfemb.layers import keras_optimizers
 
 
@@ -84,13 +83,12 @@ def _learning_rate_from_config(config):
 def optimizer_to_config(opt, table_name):
   if opt is None:
     return None
-  name = update_rules.rule_name(opt)
+  declaration = optimizers.identify(opt)
   if getattr(opt, "slot_variable_creation_fn", None) is not None:
     raise ValueError(f"Table {table_name!r}: an optimizer with a "
                      "slot_variable_creation_fn cannot be saved in a config.")
-  cls = getattr(optimizers, name)
   args = {}
-  for arg in cls._ARGS:  # pylint: disable=protected-access
+  for arg in declaration.arguments:
     if arg == "clipvalue":
       lo, hi = opt.clip_gradient_min, opt.clip_gradient_max
       args[arg] = None if lo is None and hi is None else [lo, hi]
@@ -98,7 +96,7 @@ def optimizer_to_config(opt, table_name):
       args[arg] = getattr(opt, arg)
   args["learning_rate"] = _learning_rate_to_config(opt.learning_rate,
                                                    table_name)
-  return {"class_name": name, "config": args}
+  return {"class_name": declaration.name, "config": args}
 
 
 def optimizer_from_config(config):
@@ -108,10 +106,20 @@ def optimizer_from_config(config):
   args["learning_rate"] = _learning_rate_from_config(args["learning_rate"])
   if args.get("clipvalue") is not None:
     args["clipvalue"] = tuple(args["clipvalue"])
-  return getattr(optimizers, config["class_name"])(**args)
+  declaration = next(
+      (d for d in optimizers.DECLARATIONS if d.name == config["class_name"]),
+      None)
+  if declaration is None:
+    raise ValueError(
+        f"Unknown optimizer {config['class_name']!r} in a layer config; "
+        f"expected one of {[d.name for d in optimizers.DECLARATIONS]}.")
+  return declaration.cls(**args)
 
 
-def feature_config_to_config(feature_config) -> Dict[str, Any]:
+def feature_config_to_config(feature_config,
+                             global_optimizer=None) -> Dict[str, Any]:
+  """`global_optimizer`: the layer's own; a table trained by it is saved
+  without one, so it shares the layer's again when loaded."""
   tables, features = [], []
   for feature in tf.nest.flatten(feature_config):
     if not any(feature.table is t for t in tables):
@@ -132,7 +140,8 @@ def feature_config_to_config(feature_config) -> Dict[str, Any]:
     table_configs.append({
         "vocabulary_size": t.vocabulary_size, "dim": t.dim,
         "initializer": initializer_to_config(t.initializer, t.name),
-        "optimizer": optimizer_to_config(t.optimizer, t.name),
+        "optimizer": (None if t.optimizer is global_optimizer else
+                      optimizer_to_config(t.optimizer, t.name)),
         "combiner": t.combiner, "name": t.name,
         "quantization_config": None if q is None else {
             "num_buckets": q.num_buckets, "lower": q.lower, "upper": q.upper},

@@ -15,12 +15,9 @@ import sys
 from typing import Any, Optional, Sequence, Tuple
 
 from google.protobuf import text_format
-from tensorflow.python.tpu import tpu_embedding_v2_utils  # pylint: disable=g-direct-tensorflow-import
 
 from tfemb import optimizers
 from tfemb.tpu import planning
-
-_OPTIMIZER_CLASSES = (optimizers._Optimizer, tpu_embedding_v2_utils._Optimizer)  # pylint: disable=protected-access
 
 
 def _module(name: str):
@@ -45,7 +42,7 @@ def load(target: str) -> Tuple[Any, Optional[Any]]:
   if callable(obj):
     obj = obj()
   if (isinstance(obj, tuple) and len(obj) == 2 and
-      (obj[1] is None or isinstance(obj[1], _OPTIMIZER_CLASSES))):
+      (obj[1] is None or optimizers.is_optimizer(obj[1]))):
     return obj
   return obj, None
 

@@ -1,13 +1,13 @@
 """The `TPUEmbeddingConfiguration` proto TensorFlow's `TPUEmbedding` sends.
 
 `resolve` does what `TPUEmbedding.__init__` (TF 2.21, embedding hardware V1)
-does to the configs under a `TPUStrategy`: tables in order of first use,
-unnamed tables named `table_<i>`, the global optimizer for tables without
-one, dynamic learning rates numbered in table order. Unlike TensorFlow, it
-changes none of the user's objects. `output_shapes` follows `build` with a
-per-replica batch size, and `config_proto` mirrors `_create_config_proto`,
-`TableConfig._set_table_descriptor` and the optimizers'
-`_set_optimization_parameters`.
+does to the configs under a `TPUStrategy` (`tfemb.resolution`: tables in
+order of first use, unnamed tables named `table_<i>`, the global optimizer
+for tables without one), with dynamic learning rates numbered in table
+order; it changes none of the user's objects. `output_shapes` follows
+`build` with a per-replica batch size (`tfemb.shapes`), and `config_proto`
+mirrors `_create_config_proto`, `TableConfig._set_table_descriptor` and the
+optimizers' `_set_optimization_parameters`.
 
 One deliberate difference: TF 2.21 assigns the optimizer's boolean
 `low_dimensional_packing_status` to an enum field, which protobuf >= 5
@@ -22,9 +22,11 @@ from tensorflow.core.protobuf.tpu import optimization_parameters_pb2
 from tensorflow.core.protobuf.tpu import tpu_embedding_configuration_pb2
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import optimizers
+from tfemb import resolution
+from tfemb import shapes as shapes_lib
 from tfemb import tf_conversion
 
-_tf_embedding = tf.tpu.experimental.embedding
 _Config = tpu_embedding_configuration_pb2.TPUEmbeddingConfiguration
 _Accumulation = optimization_parameters_pb2.GradientAccumulationStatus
 _Packing = optimization_parameters_pb2.LowDimensionalPackingStatus
@@ -48,37 +50,23 @@ class Resolved(NamedTuple):
 
 
 def resolve(feature_config: Any, optimizer: Optional[Any]) -> Resolved:
-  """The tables, their names and optimizers, as TensorFlow fixes them."""
-  feature_config, optimizer = tf_conversion.to_tensorflow(
-      (feature_config, optimizer))
-  flat = nest.flatten_with_joined_string_paths(feature_config)
-  features = [feature for _, feature in flat]
+  """The tables, their names and optimizers, as TensorFlow fixes them
+  (`tfemb.resolution`), as TensorFlow's config objects."""
+  resolved = resolution.resolve(feature_config, optimizer)
+  for table in resolved.tables:
+    if table.optimizer is None:
+      raise ValueError(
+          f"Table {table.name!r}: the TPU needs an embedding optimizer (SGD, "
+          "Adagrad, AdagradMomentum, Adam or FTRL, on the table or given "
+          "globally), got NoneType.")
+  features = nest.flatten(tf_conversion.to_tensorflow(resolved.structure))
   tables = []
   for feature in features:
     if not any(feature.table is t for t in tables):
       tables.append(feature.table)
-  names, optimizers = [], []
-  for i, table in enumerate(tables):
-    name = table.name if table.name is not None else f"table_{i}"
-    if name in names:
-      raise ValueError("Tables must have a unique name. "
-                       f"Multiple tables with name {name} found.")
-    table_optimizer = (optimizer if table.optimizer is None else
-                       table.optimizer)
-    if _optimizer_kind(table_optimizer) is None:
-      raise ValueError(
-          f"Table {name!r}: the TPU needs an embedding optimizer (SGD, "
-          "Adagrad, AdagradMomentum, Adam or FTRL, on the table or given "
-          f"globally), got {type(table_optimizer).__name__}.")
-    names.append(name)
-    optimizers.append(table_optimizer)
-  rates = []
-  for table_optimizer in optimizers:
-    rate = table_optimizer.learning_rate
-    if callable(rate) and rate not in rates:
-      rates.append(rate)
-  return Resolved([path for path, _ in flat], features, tables, names,
-                  optimizers, rates)
+  return Resolved(resolved.paths, features, tables,
+                  [t.name for t in tables], [t.optimizer for t in tables],
+                  resolution.dynamic_learning_rates(tables))
 
 
 def output_shapes(
@@ -89,29 +77,15 @@ def output_shapes(
   A feature's own `output_shape` wins; otherwise `[batch]`, or
   `[batch, max_sequence_length]` for a sequence feature.
   """
-  shapes = []
-  for path, feature in zip(resolved.paths, resolved.features):
-    own = feature.output_shape
-    incoming = None
-    if per_replica_batch_size:
-      incoming = tf.TensorShape([per_replica_batch_size])
-      if not own and feature.max_sequence_length > 0:
-        incoming = tf.TensorShape(
-            [per_replica_batch_size, feature.max_sequence_length])
-    if own and incoming and own.rank <= incoming.rank and (
-        own.rank != incoming.rank or not own.is_compatible_with(incoming)):
-      raise ValueError(
-          f"Inconsistent shape founded for input feature {path}, Output "
-          f"shape is set to be {own}, But got incoming output shape "
-          f"{incoming}")
-    shape = own if own else incoming
-    if shape is None or not shape.is_fully_defined():
-      raise ValueError(
-          f"Input Feature {path} has output shape set as {shape} which is "
-          "not fully defined. Give a per-replica batch size or a fully "
-          "defined output_shape in its FeatureConfig.")
-    shapes.append(shape)
-  return shapes
+  incoming = [None] * len(resolved.features)
+  if per_replica_batch_size:
+    incoming = [shapes_lib.from_batch_size(per_replica_batch_size, f)
+                for f in resolved.features]
+  fixed = shapes_lib.fix(resolved.paths,
+                         [f.output_shape for f in resolved.features],
+                         incoming)
+  shapes_lib.check_fully_defined(resolved.paths, fixed)
+  return fixed
 
 
 def config_proto(resolved: Resolved,
@@ -185,39 +159,12 @@ def _set_optimization_parameters(parameters, optimizer, quantization, rates):
     limits.upper.value = quantization.upper
 
 
-# Per optimizer: its message in `OptimizationParameters`, and each field's
-# source (an attribute name, or a function of the optimizer).
-_OPTIMIZER_FIELDS = {
-    "SGD": ("stochastic_gradient_descent", {}),
-    "Adagrad": ("adagrad", {}),
-    "AdagradMomentum": ("adagrad_momentum", {
-        "momentum": "momentum", "use_nesterov": "use_nesterov",
-        "exponent": "exponent", "beta2": "beta2", "epsilon": "epsilon"}),
-    "Adam": ("adam", {
-        "beta1": "beta_1", "beta2": "beta_2", "epsilon": "epsilon",
-        "use_non_lazy_adam": lambda opt: not opt.lazy_adam,
-        "use_sum_inside_sqrt": "sum_inside_sqrt"}),
-    "FTRL": ("ftrl", {
-        "l1": "l1_regularization_strength",
-        "l2": "l2_regularization_strength", "lr_power": "learning_rate_power",
-        "beta": "beta", "multiply_linear_by_lr":
-            "multiply_linear_by_learning_rate",
-        "allow_zero_accumulator": "allow_zero_accumulator"}),
-}
-
-
 def _set_optimizer_fields(parameters, optimizer):
-  message_name, fields = _OPTIMIZER_FIELDS[_optimizer_kind(optimizer)]
-  message = getattr(parameters, message_name)
+  """The optimizer's own message, as its declaration says
+  (`tfemb.optimizers`: `proto_message`, `proto_fields`)."""
+  declaration = optimizers.identify(optimizer)
+  message = getattr(parameters, declaration.proto_message)
   message.SetInParent()
-  for field, source in fields.items():
+  for field, source in declaration.proto_fields.items():
     setattr(message, field, source(optimizer) if callable(source) else
             getattr(optimizer, source))
-
-
-def _optimizer_kind(optimizer) -> Optional[str]:
-  """The name of TensorFlow's optimizer class `optimizer` is, or None."""
-  for name in _OPTIMIZER_FIELDS:
-    if isinstance(optimizer, getattr(_tf_embedding, name)):
-      return name
-  return None

@@ -18,6 +18,7 @@ The engine's own working buffers are not counted.
 import dataclasses
 from typing import Any, Dict, Optional, Tuple
 
+from tfemb import optimizers
 from tfemb.tpu import config_proto as config_proto_lib
 from tfemb.tpu import report
 
@@ -158,9 +159,10 @@ def plan(feature_config: Any,
     # The fullest host: the first. (TensorFlow pads a table to
     # max(vocabulary_size, num_hosts) rows, which gives it the same share.)
     rows_per_host = _ceil_div(table.vocabulary_size, num_hosts)
+    declaration = optimizers.identify(opt)
     tables.append(TablePlan(
         name=name, rows=table.vocabulary_size, dim=table.dim,
-        optimizer=type(opt).__name__, slots=tuple(opt._slot_names()),  # pylint: disable=protected-access
+        optimizer=declaration.name, slots=tuple(declaration.slots),
         rows_per_host=rows_per_host,
         rows_per_chip=_ceil_div(rows_per_host, chips_per_host)))
   features = tuple(

@@ -192,17 +192,16 @@ class EmbeddingConfigSpec(
     """
     feature_config = self.feature_config(global_step)
     fn = self.experimental_gradient_multiplier_fn
-    if fn is None:
-      return mid_level.TPUEmbedding(feature_config, self.optimizer(),
-                                    self.pipeline_execution_with_tensor_core)
-    if global_step is None:
+    if fn is not None and global_step is None:
       raise ValueError(
           "experimental_gradient_multiplier_fn is called with the global "
           "step: pass global_step (a tf.Variable your training loop "
           "increments) to create_embedding.")
-    return gradient_multiplier.GradientScaledEmbedding(
-        feature_config, self.optimizer(),
-        self.pipeline_execution_with_tensor_core, fn, global_step)
+    embedding = mid_level.TPUEmbedding(feature_config, self.optimizer(),
+                                       self.pipeline_execution_with_tensor_core)
+    if fn is None:
+      return embedding
+    return gradient_multiplier.scale_gradients(embedding, fn, global_step)
 
   def split_features(self, features: Dict[str, Any]):
     """Splits an input dict as TPUEstimator did: `(ids, weights, rest)`.

@@ -2,29 +2,32 @@
 
 TPUEstimator multiplied every activation gradient by
 `experimental_gradient_multiplier_fn(global_step)` before sending it to the
-TPU embedding engine (so before gradient clipping). `GradientScaledEmbedding`
-is a `tfemb.TPUEmbedding` whose `apply_gradients` does the same. It adds no
-variables, so its checkpoints are `tfemb.TPUEmbedding`'s.
+TPU embedding engine (so before gradient clipping). `scale_gradients`
+gives an engine (the host engine, or TensorFlow's own under a
+`TPUStrategy`) an `apply_gradients` that does the same. The engine itself
+is unchanged otherwise: no variables are added, so its checkpoints are
+those of `tfemb.TPUEmbedding`.
 """
+
+from typing import Any, Callable
 
 import tensorflow as tf
 
-from tfemb import mid_level
 
+def scale_gradients(embedding: Any, multiplier_fn: Callable[[Any], Any],
+                    global_step: Any) -> Any:
+  """Returns `embedding`, whose `apply_gradients` now first multiplies every
+  gradient by `multiplier_fn(global_step)` (read at each call)."""
+  apply_gradients = embedding.apply_gradients
 
-class GradientScaledEmbedding(mid_level.TPUEmbedding):
-  """`tfemb.TPUEmbedding` that scales gradients by `multiplier_fn(step)`."""
-
-  def __init__(self, feature_config, optimizer,
-               pipeline_execution_with_tensor_core, multiplier_fn,
-               global_step):
-    super().__init__(feature_config, optimizer,
-                     pipeline_execution_with_tensor_core)
-    # A closure, not attributes: the step must not join the object graph.
-    self._multiplier = lambda: multiplier_fn(global_step)
-
-  def apply_gradients(self, gradients, name=None):
-    multiplier = tf.cast(self._multiplier(), tf.float32)
+  def scaled_apply_gradients(gradients, *args, **kwargs):
+    multiplier = tf.cast(multiplier_fn(global_step), tf.float32)
     scaled = tf.nest.map_structure(
-        lambda g: None if g is None else g * multiplier, gradients)
-    return super().apply_gradients(scaled, name=name)
+        lambda g: None if g is None else g * tf.cast(multiplier, g.dtype),
+        gradients)
+    return apply_gradients(scaled, *args, **kwargs)
+
+  # An attribute of this object only: its class, its other methods and its
+  # checkpoint are untouched.
+  embedding.apply_gradients = scaled_apply_gradients
+  return embedding

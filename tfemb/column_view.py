@@ -1,0 +1,380 @@
+"""`ColumnView`: columns of a variable, as a variable of their own.
+
+An interleaved table (`tfemb.interleaved_tables`) keeps its parameters and
+slots side by side in one `[rows, (1 + slots) x dim]` variable, the
+storage. Each of them is a `ColumnView` of its columns: a `tf.Variable` of
+`[rows, dim]` with TensorFlow's name, read, assigned, differentiated
+(through `tf.gather`) and checkpointed under the same keys as a plain
+variable, so checkpoints move to and from TensorFlow's classes unchanged.
+A SavedModel holds the storage and, as variables of their own, the views'
+values (so twice the table's bytes); functions read the views with
+TensorFlow's ops only, so exported graphs load without tfemb.
+
+A checkpoint save would read every view, and columns cannot be read
+without a copy (TensorFlow's saver takes all of a checkpoint's tensors at
+once): that would need the tables' bytes a second time. Instead a save
+splits each table (`kernel_ops.split_columns`): its rows move into one
+contiguous block per view, the saver writes slices of the blocks, and the
+rows move back when the save is over, so saving takes no more memory than
+with separate variables (`benchmarks/save_memory.py` compares the peaks).
+Restores write the views in place (`kernel_ops.write_columns`).
+"""
+
+import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.trackable import base as trackable
+from tensorflow.python.training.saving import saveable_object  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.types import core  # pylint: disable=g-direct-tensorflow-import
+
+from tfemb.kernels import ops as kernel_ops
+
+
+def _row_scatter(method: str):
+  """tf.Variable's `scatter_<method>(sparse_delta)` for a ColumnView."""
+
+  def scatter(self, sparse_delta, use_locking=False, name=None):
+    del use_locking, name
+    return self._scatter(method, sparse_delta)  # pylint: disable=protected-access
+
+  scatter.__doc__ = f"`tf.Variable.scatter_{method}` on the view's columns."
+  return scatter
+
+
+def _element_scatter(method: str):
+  """tf.Variable's `scatter_nd_<method>(indices, updates)` for a
+  ColumnView."""
+
+  def scatter_nd(self, indices, updates, name=None):
+    del name
+    return self._scatter_nd(method, indices, updates)  # pylint: disable=protected-access
+
+  scatter_nd.__doc__ = (f"`tf.Variable.scatter_nd_{method}` on the view's "
+                        "columns.")
+  return scatter_nd
+
+
+class ColumnView(tf.Variable, core.Tensor):
+  """Columns `[begin, begin + dim)` of `storage`, as a `[rows, dim]` variable.
+
+  Eager reads copy just these columns (in a function, stock ops read the
+  storage, then the columns); `assign` writes them in place
+  (`ResourceStridedSliceAssign`); `tf.gather` / `sparse_read` gather the
+  rows and keep these columns, with the gradient of a gather of a
+  `[rows, dim]` variable; the scatter methods of `tf.Variable`
+  (`scatter_update`, `scatter_add`, ..., `scatter_nd_update`, ...) write
+  the elements they name, in place, by TensorFlow's element scatters on
+  the storage.
+  """
+
+  def __init__(self, storage: tf.Variable, begin: int, dim: int, name: str,
+               trainable: bool):  # pylint: disable=super-init-not-called
+    self._storage = storage
+    self._begin = begin
+    self._dim = dim
+    self._view_name = name
+    self._trainable = trainable
+
+  # --- what it is ---------------------------------------------------------
+
+  @property
+  def interleaved_storage(self) -> tf.Variable:
+    """The variable that holds the whole table (for the fused kernels)."""
+    return self._storage
+
+  def _should_act_as_resource_variable(self):
+    """Watched by tapes and captured by functions through `handle`."""
+
+  @property
+  def handle(self):
+    return self._storage.handle
+
+  @property
+  def name(self) -> str:
+    return self._view_name + ":0"
+
+  @property
+  def _shared_name(self) -> str:
+    return self._view_name
+
+  @property
+  def dtype(self):
+    return self._storage.dtype
+
+  @property
+  def shape(self) -> tf.TensorShape:
+    return tf.TensorShape([self._storage.shape[0], self._dim])
+
+  def get_shape(self) -> tf.TensorShape:
+    return self.shape
+
+  def set_shape(self, shape):
+    if not self.shape.is_compatible_with(shape):
+      raise ValueError(f"{self.name} has shape {self.shape}, not {shape}")
+
+  @property
+  def _unique_id(self) -> str:
+    """Distinct among the views of one storage (optimizers key on it)."""
+    return f"{self._storage._unique_id}/{self._begin}"  # pylint: disable=protected-access
+
+  @property
+  def device(self):
+    return self._storage.device
+
+  @property
+  def trainable(self) -> bool:
+    return self._trainable
+
+  @property
+  def synchronization(self):
+    return self._storage.synchronization
+
+  @property
+  def aggregation(self):
+    return self._storage.aggregation
+
+  @property
+  def graph(self):
+    return self._storage.graph
+
+  @property
+  def op(self):
+    return self._storage.op
+
+  @property
+  def initializer(self):
+    return self._storage.initializer
+
+  @property
+  def constraint(self):
+    return None
+
+  def __repr__(self):
+    return (f"<tfemb ColumnView '{self.name}' shape={self.shape} "
+            f"columns [{self._begin}, {self._begin + self._dim}) of "
+            f"{self._storage.shape}>")
+
+  # --- reading ------------------------------------------------------------
+
+  def value(self) -> tf.Tensor:
+    """Eagerly, tfemb's op copies just the columns; in a function, stock
+    ops (a read of the storage, then its columns), so that exported graphs
+    load without tfemb."""
+    resource_variable_ops.variable_accessed(self)  # for tapes and functions
+    if tf.executing_eagerly():
+      return kernel_ops.read_columns(self._storage, self._begin, self._dim)
+    return self._storage.read_value()[:, self._begin:self._begin + self._dim]
+
+  def read_value(self) -> tf.Tensor:
+    return self.value()
+
+  read_value_no_copy = read_value
+
+  def numpy(self):
+    return self.value().numpy()
+
+  def __array__(self, dtype=None, copy=None):
+    del copy  # always a new array
+    return self.numpy() if dtype is None else self.numpy().astype(dtype)
+
+  def _dense_var_to_tensor(self, dtype=None, name=None, as_ref=False):
+    del name, as_ref
+    if dtype is not None and dtype != self.dtype:
+      raise ValueError(f"{self.name} is {self.dtype.name}, not {dtype}")
+    return self.value()
+
+  def sparse_read(self, indices, name=None):
+    del name
+    resource_variable_ops.variable_accessed(self)
+    self._rejoin()
+    return _gather_columns(self._storage.handle, tf.convert_to_tensor(indices),
+                           self._begin, self._dim, self._storage.shape[0])
+
+  def gather_nd(self, indices, name=None):
+    return tf.gather_nd(self.value(), indices, name=name)
+
+  def _rejoin(self):
+    """Eagerly, the storage's rows back if a save has split them (tfemb's
+    kernels do it themselves; TensorFlow's ops do not)."""
+    if tf.executing_eagerly():
+      kernel_ops.rejoin_columns(self._storage)
+
+  def _write(self, value, start: int):
+    """`value` into rows [start, start + len(value)): eagerly by tfemb's op
+    (in place; TensorFlow's strided-slice assign copies the whole storage
+    once it has been read sparsely), in a function by TensorFlow's."""
+    if tf.executing_eagerly():
+      return kernel_ops.write_columns(self._storage, self._begin, value, start)
+    n = value.shape[0]
+    end = None if n is None else start + int(n)
+    return self._storage[start:end,
+                         self._begin:self._begin + self._dim].assign(value)
+
+  # --- writing ------------------------------------------------------------
+
+  def assign_rows(self, start: int, rows):
+    """Writes `rows` into rows [start, start + len(rows)), in place."""
+    return self._write(tf.convert_to_tensor(rows, self.dtype), start)
+
+  def assign(self, value, use_locking=None, name=None, read_value=True):
+    del use_locking, name
+    value = tf.convert_to_tensor(value, self.dtype)
+    if not value.shape.is_compatible_with(self.shape):
+      raise ValueError(f"Cannot assign a value of shape {value.shape} to "
+                       f"{self.name} of shape {self.shape}.")
+    op = self._write(value, 0)
+    if read_value:
+      with tf.control_dependencies([op]):
+        return self.value()
+    return op
+
+  def assign_add(self, delta, use_locking=None, name=None, read_value=True):
+    return self.assign(self.value() + delta, read_value=read_value)
+
+  def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
+    return self.assign(self.value() - delta, read_value=read_value)
+
+  # --- scatters: element updates of the storage at the view's columns ---
+
+  def _scatter_nd(self, method: str, indices, updates):
+    """`storage.scatter_nd_<method>` at view positions `indices` (their
+    last axis 1: rows; 2: (row, column)), in place and by TensorFlow's ops,
+    so that other columns of the storage are untouched."""
+    indices = tf.convert_to_tensor(indices)
+    updates = tf.convert_to_tensor(updates, self.dtype)
+    depth = indices.shape[-1]
+    if depth not in (1, 2):
+      raise ValueError(f"{self.name}: scatter indices must end in 1 (rows) "
+                       f"or 2 (row, column), got shape {indices.shape}")
+    rows = tf.cast(indices[..., :1], tf.int64)
+    if depth == 1:  # every column of each row
+      shape = tf.concat([tf.shape(rows, out_type=tf.int64)[:-1], [self._dim]],
+                        0)
+      columns = tf.range(self._begin, self._begin + self._dim, dtype=tf.int64)
+      positions = tf.stack([tf.broadcast_to(rows, shape),
+                            tf.broadcast_to(columns, shape)], axis=-1)
+    else:
+      columns = tf.cast(indices[..., 1:], tf.int64) + self._begin
+      positions = tf.concat([rows, columns], axis=-1)
+    self._rejoin()
+    getattr(self._storage, f"scatter_nd_{method}")(positions, updates)
+    return self
+
+  def _scatter(self, method: str, sparse_delta):
+    if not isinstance(sparse_delta, tf.IndexedSlices):
+      raise TypeError(f"{self.name}: sparse_delta must be an IndexedSlices, "
+                      f"got {sparse_delta!r}")
+    rows = tf.expand_dims(sparse_delta.indices, -1)
+    if method in ("mul", "div"):  # no element scatter: read, then write
+      old = tf.gather(self, sparse_delta.indices)
+      new = (old * sparse_delta.values if method == "mul" else
+             old / sparse_delta.values)
+      return self._scatter_nd("update", rows, new)
+    return self._scatter_nd(method, rows, sparse_delta.values)
+
+  scatter_update = _row_scatter("update")
+  scatter_add = _row_scatter("add")
+  scatter_sub = _row_scatter("sub")
+  scatter_max = _row_scatter("max")
+  scatter_min = _row_scatter("min")
+  scatter_mul = _row_scatter("mul")
+  scatter_div = _row_scatter("div")
+  batch_scatter_update = _row_scatter("update")  # rank-1 indices: the same
+  scatter_nd_update = _element_scatter("update")
+  scatter_nd_add = _element_scatter("add")
+  scatter_nd_sub = _element_scatter("sub")
+  scatter_nd_max = _element_scatter("max")
+  scatter_nd_min = _element_scatter("min")
+
+  # --- SavedModel: the storage is exported; the view maps onto its copy ---
+
+  def _trackable_children(self, save_type=trackable.SaveType.CHECKPOINT,
+                          **kwargs):
+    del save_type, kwargs
+    return {}  # the storage is its table's owner's child (savedmodel_children)
+
+  def _deserialization_dependencies(self, children):
+    del children
+    return {"interleaved_storage": self._storage}  # exported first
+
+  def _export_to_saved_model_graph(self, object_map, tensor_map, options,
+                                   **kwargs):
+    del tensor_map, options, kwargs
+    object_map[self] = ColumnView(object_map[self._storage], self._begin,
+                                  self._dim, self._view_name,
+                                  self._trainable)
+    return []
+
+  def _write_object_proto(self, proto, options):
+    """Saved as a variable of [rows, dim]: loaded, it holds the view's
+    values then (the functions read the storage)."""
+    resource_variable_ops.write_object_proto_for_resource_variable(
+        self, proto, options)
+
+  # --- checkpoints: the same key and value as a plain variable ------------
+
+  def _serialize_to_tensors(self):
+    """The value, read when a save writes it (a restore only asks what is
+    saved): see `_saved_value`."""
+    spec = saveable_object.SaveSpec(
+        self._saved_value, "", trackable.VARIABLE_VALUE_KEY, dtype=self.dtype,
+        device=self._storage.device)
+    return {trackable.VARIABLE_VALUE_KEY: spec}
+
+  def _saved_value(self) -> tf.Tensor:
+    """Eagerly, a slice of the storage split into its parts: its rows move
+    out for the save and come back when the save's tensors are gone, so
+    saving needs no second copy of the table (`kernel_ops.split_columns`).
+    In a function (a SavedModel's), a read."""
+    if not tf.executing_eagerly():
+      return self.value()
+    parts = int(self._storage.shape[1]) // self._dim
+    blocks = kernel_ops.split_columns(self._storage, parts)
+    return blocks[self._begin // self._dim]
+
+  def _restore_from_tensors(self, restored_tensors):
+    return self.assign(restored_tensors[trackable.VARIABLE_VALUE_KEY],
+                       read_value=False)
+
+  def _copy_trackable_to_cpu(self, object_map):
+    """An async save's copy (`tf.train.CheckpointOptions(
+    experimental_enable_async_checkpoint=True)`): a `[rows, dim]` variable
+    made at the first such save, into which every save copies the columns
+    (tfemb's op: no copy of the whole storage) before training goes on; the
+    save's thread writes the copy, as it does for TensorFlow's variables."""
+    if self not in object_map:
+      object_map[self] = resource_variable_ops.UninitializedVariable(
+          trainable=self.trainable, shape=self.shape, dtype=self.dtype,
+          name=self._shared_name)
+    object_map[self].assign(
+        kernel_ops.read_columns(self._storage, self._begin, self._dim))
+
+
+def _tensor(view, dtype=None, name=None, as_ref=False):
+  return view._dense_var_to_tensor(dtype, name, as_ref)  # pylint: disable=protected-access
+
+
+tf.register_tensor_conversion_function(ColumnView, _tensor)
+ColumnView._OverloadAllOperators()  # pylint: disable=protected-access
+
+
+def _gather_columns(handle, ids, begin: int, dim: int, rows: int):
+  """Rows `ids` of columns [begin, begin + dim) of the storage behind
+  `handle`, by stock ops (a resource gather, then the columns). Its
+  gradient with respect to the handle is that of a gather of a
+  `[rows, dim]` variable: the view's, which a tape watching the view (its
+  handle is the storage's) is asked for."""
+
+  @tf.custom_gradient
+  def gather(handle, ids):
+    out = tf.raw_ops.ResourceGather(resource=handle, indices=ids,
+                                    dtype=tf.float32)[:, begin:begin + dim]
+
+    def grad(upstream):
+      shape = tf.constant([rows, dim], tf.int64)
+      # New tensors (not the forward's ids), as a function's outputs.
+      return tf.IndexedSlices(tf.convert_to_tensor(upstream),
+                              tf.identity(ids), shape), None
+
+    return out, grad
+
+  return gather(handle, ids)

@@ -1,0 +1,326 @@
+"""The host engine: TensorFlow's TPU embedding API on CPU and GPU.
+
+`HostEmbedding` runs `build` / `enqueue` / `dequeue` / `apply_gradients`
+and direct lookups with the TPU's numbers (docs/numerics.md). It composes
+the parts of `tfemb.host`:
+
+* `tfemb.resolution`: the configs, resolved once (names, optimizers);
+* `variables.TableStore`: the tables and slots, with TensorFlow's
+  checkpoint names;
+* `tables`: per table, the path its training steps take (the fused CPU
+  kernels, or TensorFlow's ops), chosen once when the tables exist;
+* `step`: a batch's lookups, activations and all-or-nothing update, and
+  the non-finite-gradient policy;
+* `protocol.Queue`: what waits between enqueue, dequeue and
+  apply_gradients.
+
+No tensor of a table's size is built in a step (non-lazy Adam excepted, as
+on the TPU).
+"""
+
+from typing import Any, Optional
+
+import tensorflow as tf
+from tensorflow.python.trackable import autotrackable
+from tensorflow.python.trackable import base as trackable
+from tensorflow.python.trackable import data_structures
+from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
+
+from tfemb import heap
+from tfemb import inputs
+from tfemb import interleaved_tables
+from tfemb import options as options_lib
+from tfemb import replicas
+from tfemb import resolution
+from tfemb import shapes
+from tfemb.host import feeding
+from tfemb.host import protocol
+from tfemb.host import step
+from tfemb.host import tables as table_paths
+from tfemb.host import variables as variables_lib
+
+_no_autograph = tf.autograph.experimental.do_not_convert
+
+
+class HostEmbedding(autotrackable.AutoTrackable):
+  """`tf.tpu.experimental.embedding.TPUEmbedding`, computed on the host.
+
+  Args:
+    feature_config: a nested structure (`tf.nest`) of `FeatureConfig`s,
+      tfemb's or TensorFlow's. Never changed: tables are named and given
+      the global optimizer in copies (`tfemb.resolution`).
+    optimizer: the optimizer for every table without its own: an instance of
+      `tfemb.SGD`, `Adagrad`, `AdagradMomentum`, `Adam` or `FTRL` (or
+      TensorFlow's class of the same name), or None for lookups only.
+    pipeline_execution_with_tensor_core: a TPU scheduling hint; accepted and
+      kept, no effect on the host.
+
+  The current `tfemb.options` (fused kernels, interleaved slots, malloc
+  tuning) are those of this object from its construction on.
+  """
+
+  def __init__(self,
+               feature_config: Any,
+               optimizer: Optional[Any],
+               pipeline_execution_with_tensor_core: bool = False):
+    config = resolution.resolve(feature_config, optimizer)
+    for table in config.tables:
+      if table.dtype != tf.float32:
+        raise ValueError(f"Table {table.name!r}: only float32 tables are "
+                         f"supported, got dtype {table.dtype.name}.")
+    self._feature_config = feature_config
+    self._strategy = tf.distribute.get_strategy()
+    self._pipeline_execution_with_tensor_core = (
+        pipeline_execution_with_tensor_core)
+    self._options = data_structures.NoDependency(options_lib.get())
+    self._config = data_structures.NoDependency(config)
+    self._table_config = config.tables  # as TensorFlow's attribute
+    self._output_shapes = [f.output_shape for f in config.features]
+    self._store = data_structures.NoDependency(
+        variables_lib.TableStore(config.tables, self._strategy,
+                                 self._options))
+    self._policy = data_structures.NoDependency(
+        step.NonFinitePolicy(self._strategy))
+    self._queue = data_structures.NoDependency(protocol.Queue())
+    self._built = False
+
+  # --- tables -------------------------------------------------------------
+
+  def build(self, per_replica_input_shapes=None, per_replica_batch_size=None):
+    """Creates the tables and slots; fixes the output shapes if given.
+
+    Args:
+      per_replica_input_shapes: a nested structure of input shapes matching
+        `feature_config` (or an int batch size, deprecated in TF).
+      per_replica_batch_size: (deprecated in TF) the batch size.
+    """
+    if self._built:
+      return
+    features = self._config.features
+    incoming = None
+    if per_replica_input_shapes is not None and not isinstance(
+        per_replica_input_shapes, int):
+      nest.assert_same_structure(
+          nest.flatten(per_replica_input_shapes), features)
+      incoming = [shapes.from_input_shape(s, f) for s, f in zip(
+          nest.flatten(per_replica_input_shapes), features)]
+    else:
+      batch = per_replica_input_shapes or per_replica_batch_size
+      if batch:
+        incoming = [shapes.from_batch_size(batch, f) for f in features]
+    if incoming is not None:
+      self._fix_shapes(incoming)
+    # TF's TPU rule, for the shapes known so far (TF's TPU engine also
+    # refuses a plain `build()` before any shape is known; here, as in
+    # TensorFlow's serving class, the shapes then come from the first
+    # enqueue).
+    shapes.check_fully_defined(self._config.paths, self._output_shapes,
+                               known_rank_only=True)
+
+    @_no_autograph  # merge_call would convert it: plain Python, run once
+    def create(*unused_strategy):
+      self._variables = self._store.create(self)
+
+    if replicas.in_replica_context_of(self._strategy):
+      # A model built in its first step (tf_keras' fit of an unbuilt
+      # subclassed model, Keras 3's fit of a distributed dataset): every
+      # replica waits while the tables are created once, across replicas.
+      tf.distribute.get_replica_context().merge_call(create)
+    else:
+      create()
+    tables = self._config.tables
+    self._lookup_paths = data_structures.NoDependency([
+        table_paths.OpsTable(t, self._variables[t.name]) for t in tables])
+    self._train_paths = data_structures.NoDependency([
+        table_paths.training_path(t, self._variables[t.name],
+                                  self._store.partitioned, self._options)
+        for t in tables])
+    heap.keep_freed_buffers(self._options)
+    self._built = True
+
+  def _maybe_build(self):
+    if not self._built:
+      with tf.init_scope():
+        self.build()
+
+  def _fix_shapes(self, incoming):
+    self._output_shapes = shapes.fix(self._config.paths, self._output_shapes,
+                                     incoming)
+
+  # TensorFlow's TPUEmbedding copies the tables between the TPU and their
+  # host variables with these (its tests call them around every check);
+  # on the host the variables are the tables, so there is nothing to copy.
+  def _load_variables(self):
+    pass
+
+  def _retrieve_variables(self):
+    pass
+
+  @property
+  def table_partitioner(self):
+    """How tables and slots are sharded over parameter servers.
+
+    Under `ParameterServerStrategy`, tables are created as TensorFlow
+    `ShardedVariable`s by the strategy's `variable_partitioner`; set this
+    (e.g. `tf.distribute.experimental.partitioners.MinSizePartitioner(...)`)
+    before the tables are created to shard them differently from the rest
+    of the model. Lookups and updates are routed per shard.
+    """
+    return self._store.partitioner
+
+  @table_partitioner.setter
+  def table_partitioner(self, partitioner):
+    if self._built:
+      raise RuntimeError("Set table_partitioner before the tables are "
+                         "created (before build() or the first enqueue).")
+    if not self._store.partitioned:
+      raise ValueError(
+          "table_partitioner needs the TPUEmbedding to be created under a "
+          f"ParameterServerStrategy, not {type(self._strategy).__name__}.")
+    self._store.partitioner = partitioner
+
+  @property
+  def embedding_tables(self):
+    """A dict of the embedding tables, keyed by `TableConfig` (the user's
+    objects, their resolved copies in `_table_config`, or names)."""
+    self._maybe_build()
+    return self._by_table({t: self._variables[t.name]["parameters"]
+                           for t in self._config.tables})
+
+  @property
+  def variables(self):
+    """A dict of `{"parameters": table, slot name: slot}`, by `TableConfig`
+    (as TensorFlow documents it); `variables["name"]` also finds a table by
+    its name (as TensorFlow's serving class in fact keys it)."""
+    self._maybe_build()
+    return self._by_table({t: dict(self._variables[t.name])
+                           for t in self._config.tables})
+
+  def _by_table(self, items):
+    aliases = {id(user): ours for user, ours in zip(self._config.user_tables,
+                                                    self._config.tables)}
+    return variables_lib.ByTableConfig(items, aliases)
+
+  def _trackable_children(self, save_type=trackable.SaveType.CHECKPOINT,
+                          **kwargs):
+    children = super()._trackable_children(save_type, **kwargs)
+    if save_type == trackable.SaveType.SAVEDMODEL and self._built:
+      children.update(interleaved_tables.savedmodel_children(self._variables))
+    return children
+
+  def _lookup_dependency(self, name, cached_dependencies=None):
+    """Refuses a checkpoint saved with other tables or another optimizer:
+    TensorFlow asks this for every child of this object in a checkpoint
+    being restored."""
+    found = super()._lookup_dependency(name, cached_dependencies)
+    if found is None and not name.startswith("_"):
+      self._store.check_checkpoint_child(name)
+    return found
+
+  # --- lookups ------------------------------------------------------------
+
+  @_no_autograph
+  def __call__(self, features: Any, weights: Optional[Any] = None) -> Any:
+    """Looks features up directly, as `TPUEmbeddingForServing` does.
+
+    `features` may hold any subset of the configured features (by path).
+    Differentiable with respect to the tables (plain TensorFlow ops), and it
+    never changes a table.
+    """
+    return self.embedding_lookup(features, weights)
+
+  @_no_autograph
+  def embedding_lookup(self, features: Any, weights: Optional[Any] = None):
+    self._maybe_build()
+    feature_ids, flat, flat_weights = feeding.flat_inputs(
+        self._config, features, weights, True)
+    lookups = feeding.lookups(self._config, feature_ids, flat, flat_weights,
+                              True)
+    batch = step.gather(self._config, self._lookup_paths, feature_ids,
+                        lookups)
+    flat = step.activations(self._config, batch, feature_ids)
+    return nest.pack_sequence_as(features, flat)
+
+  # --- training -------------------------------------------------------------
+
+  @_no_autograph
+  def forward(self, features, weights=None):
+    """Looks up a training batch; returns `(activations, backward)`.
+
+    `activations` has the structure of `feature_config` and TF's output
+    shapes. `backward(gradients)` applies the embedding optimizer for this
+    batch, given the gradient of the loss with respect to `activations`;
+    it may be called once. Nothing is stored on the object, so the Keras
+    layer can look up several batches in one step.
+    """
+    return self._forward(self._prepare(features, weights))
+
+  def _prepare(self, features, weights, tpu_rules=False) -> step.Batch:
+    """Checks the inputs (building on first use) and looks the ids up.
+
+    With `tpu_rules` (the TPU protocol's `enqueue`), the shapes follow the
+    TPU engine: the inputs' own shapes are checked against the shapes fixed
+    by the FeatureConfigs, `build` or the first enqueue, which then shape
+    the activations, and they must be fully known: a batch dimension of
+    None (e.g. `Dataset.batch` without `drop_remainder=True`) is refused
+    here as it would be on a TPU.
+    """
+    config = self._config
+    feature_ids, flat, flat_weights = feeding.flat_inputs(config, features,
+                                                          weights, False)
+    fixed = None
+    if tpu_rules:
+      for path, x in zip(config.paths, flat):  # before any shape is fixed
+        error = inputs.input_shape_error(path, x)
+        if error:
+          raise ValueError(error)
+      incoming = [shapes.from_enqueued(x, f)
+                  for x, f in zip(flat, config.features)]
+    else:
+      lookups = feeding.lookups(config, feature_ids, flat, flat_weights,
+                                False)
+      incoming = [shapes.of_input(x, f) for x, f in zip(flat, config.features)]
+    self._maybe_build()
+    self._fix_shapes(incoming)
+    if tpu_rules:
+      shapes.check_fully_defined(config.paths, self._output_shapes)
+      lookups = feeding.lookups(config, feature_ids, flat, flat_weights,
+                                False, list(self._output_shapes))
+    return step.gather(config, self._train_paths, feature_ids, lookups)
+
+  def _forward(self, batch: step.Batch):
+    config = self._config
+    feature_ids = list(range(len(config.features)))
+    flat = step.activations(config, batch, feature_ids, self._output_shapes)
+    applied = []
+
+    def backward(gradients):
+      if applied:
+        raise RuntimeError(
+            "apply_gradients was already called for this batch: call it once "
+            "per enqueue.")
+      flat_grads = step.check_gradients(config, self._output_shapes,
+                                        gradients)
+      applied.append(True)
+      step.apply(config, batch, flat_grads, self._policy)
+
+    return nest.pack_sequence_as(config.structure, flat), backward
+
+  @property
+  def non_finite_gradients(self) -> str:
+    """What a step with a NaN or Inf embedding gradient does.
+
+    "raise" (default): an InvalidArgumentError naming the table, and no
+    table or slot changes. "skip": no table or slot changes, the step is
+    counted in `skipped_steps`, and training goes on.
+    """
+    return self._policy.mode
+
+  @non_finite_gradients.setter
+  def non_finite_gradients(self, policy: str):
+    self._policy.mode = policy
+
+  @property
+  def skipped_steps(self) -> int:
+    """Steps skipped for non-finite gradients (policy "skip")."""
+    return self._policy.skipped_steps

@@ -1,0 +1,219 @@
+"""A host training step: one batch's lookups, activations and update.
+
+`gather` deduplicates each table's ids once (after the input checks),
+`activations` combines each feature's rows, and `apply` sums the gradient
+per distinct row (across replicas: the global batch's, as the TPU sums it)
+and updates every touched table. Nothing is written before every input and
+gradient check of the step has passed, so a failing check leaves every
+table and slot as it was (docs/numerics.md, "Errors").
+"""
+
+from typing import Any, Dict, List, NamedTuple, Sequence
+
+from absl import logging
+import tensorflow as tf
+
+from tfemb import inputs
+from tfemb import replicas
+from tfemb import resolution
+from tfemb import validation
+from tfemb.host import feeding
+from tfemb.host import tables as table_paths
+
+from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
+
+
+class Batch(NamedTuple):
+  lookups: Dict[int, inputs.Lookup]  # by flat feature index
+  tables: Dict[int, Any]  # by table index: (path, the path's batch)
+  checks: List[Any]  # every input check; updates wait for them
+
+
+def gather(config: resolution.Resolved, paths: Sequence[Any],
+           feature_ids: Sequence[int], lookups) -> Batch:
+  """Each table's lookup on its path (`paths`, by table index)."""
+  members: Dict[int, List[table_paths.Member]] = {}
+  for i, lookup in zip(feature_ids, lookups):
+    members.setdefault(config.table_index[i], []).append(
+        table_paths.Member(i, config.paths[i], config.features[i], lookup))
+  tables, checks = {}, []
+  for t, table_members in members.items():
+    table_batch, table_checks = paths[t].lookup(table_members)
+    tables[t] = (paths[t], table_batch)
+    checks += table_checks
+  return Batch(dict(zip(feature_ids, lookups)), tables, checks)
+
+
+def activations(config: resolution.Resolved, batch: Batch,
+                feature_ids: Sequence[int], static_shapes=None) -> List[Any]:
+  """The flat activations of `feature_ids`, combined per example.
+
+  `static_shapes`: the output shapes fixed for every feature (the TPU
+  protocol); None: each lookup's own.
+  """
+  out = {}
+  for path, table_batch in batch.tables.values():
+    dim = path.table.dim
+    for i, rows in zip(table_batch.features, path.feature_rows(table_batch)):
+      lookup = batch.lookups[i]
+      if lookup.scales is not None:
+        rows = rows * lookup.scales[:, None]
+      if lookup.segments is not None:
+        rows = tf.math.unsorted_segment_sum(rows, lookup.segments,
+                                            lookup.num_segments)
+      if lookup.static_shape.is_fully_defined():  # known when traced
+        shape = lookup.static_shape.concatenate([dim])
+        if rows.shape != shape:
+          rows = tf.reshape(rows, shape.as_list())
+      else:
+        rows = tf.reshape(rows,
+                          tf.concat([lookup.output_shape, [dim]], axis=0))
+      static = static_shapes[i] if static_shapes else lookup.static_shape
+      if static.rank is not None:
+        static = static.concatenate([dim])
+        if not (rows.shape.is_fully_defined() and rows.shape == static):
+          rows = tf.ensure_shape(rows, static)
+      out[i] = rows
+  return [out[i] for i in feature_ids]
+
+
+def check_gradients(config: resolution.Resolved, output_shapes, gradients):
+  """The flat gradients (float32, None kept), checked as TensorFlow checks
+  them: the structure of feature_config, tensors, activation shapes."""
+  feeding.check_structure(config, gradients, "gradients")
+  flat = []
+  for path, grad, shape, feature in zip(config.paths,
+                                        nest.flatten(gradients),
+                                        output_shapes, config.features):
+    expected = shape.concatenate([feature.table.dim])
+    if grad is None:
+      logging.warning(
+          "No gradient passed for feature %s, sending zero gradient. This "
+          "may not be correct behavior for certain optimizers like Adam.",
+          path)
+      flat.append(None)
+      continue
+    if not isinstance(grad, tf.Tensor):  # as TF: no numpy, no lists
+      raise ValueError(f"found non-tensor type: {type(grad)} at path {path}.")
+    if not grad.dtype.is_floating:
+      raise ValueError(f"Gradient at path {path} must be a float tensor, "
+                       f"got dtype {grad.dtype.name}.")
+    grad = tf.cast(grad, tf.float32)
+    if not grad.shape.is_compatible_with(expected):
+      raise ValueError("Found gradient of shape {} at path {}. Expected "
+                       "shape {}.".format(grad.shape, path, expected))
+    flat.append(grad)
+  return flat
+
+
+def _entry_gradients(config, table_batch, batch: Batch, flat_grads):
+  """Per member feature, each id's share of its activation gradient, and
+  the checks of the gradients' shapes."""
+  entry_grads, checks = [], []
+  for i in table_batch.features:
+    lookup, grad = batch.lookups[i], flat_grads[i]
+    dim = config.features[i].table.dim
+    if grad is None:
+      entry_grads.append(tf.zeros([tf.size(lookup.ids), dim], tf.float32))
+      continue
+    grad = tf.reshape(grad, [-1, dim])
+    shape_checks = validation.gradient_rows(config.paths[i], grad,
+                                            lookup.num_segments)
+    checks += shape_checks
+    with tf.control_dependencies(shape_checks):
+      grad = tf.identity(grad)
+    if lookup.segments is not None:
+      grad = tf.gather(grad, lookup.segments)
+    if lookup.scales is not None:
+      grad = grad * lookup.scales[:, None]
+    entry_grads.append(grad)
+  return entry_grads, checks
+
+
+def apply(config: resolution.Resolved, batch: Batch, flat_grads,
+          policy) -> None:
+  """Row gradients per table, then every table's update, then the step of
+  the learning rates that count steps; all or nothing under `policy`
+  (`NonFinitePolicy`)."""
+  checks = list(batch.checks)
+  updates, finite = [], []
+  multi_replica = replicas.in_multi_replica_step()
+  for path, table_batch in batch.tables.values():
+    entry_grads, grad_checks = _entry_gradients(config, table_batch, batch,
+                                                flat_grads)
+    checks += grad_checks
+    # Under several replicas the check is of the global gradient, below.
+    grads, table_finite = path.row_gradients(
+        table_batch, entry_grads, policy.raising and not multi_replica)
+    ids = table_batch.unique_ids
+    if multi_replica:  # the global batch's gradient, as the TPU sums it
+      ids, grads = replicas.sum_rows_across_replicas(ids, grads)
+      grads, table_finite = table_paths.checked(path.table.name, grads,
+                                                policy.raising)
+    if policy.raising:
+      checks.append(grads)  # carries the table's non-finite check
+    finite.append(table_finite)
+    updates.append((path, table_batch, ids, grads))
+  rates = resolution.counting_learning_rates(config.tables)
+
+  def write():
+    with tf.control_dependencies(checks):
+      for path, table_batch, ids, grads in updates:
+        path.update(table_batch, ids, grads, global_batch=multi_replica)
+      for rate in rates:
+        rate.advance()
+    return tf.constant(True)
+
+  policy.run(finite, write)
+
+
+class NonFinitePolicy:
+  """What a step with a NaN or Inf embedding gradient does.
+
+  "raise" (default): an InvalidArgumentError naming the table, and no table
+  or slot changes. "skip": no table or slot changes, the step is counted in
+  `skipped_steps`, and training goes on.
+  """
+
+  def __init__(self, strategy):
+    self._strategy = strategy
+    self._mode = "raise"
+    self._skipped = None
+
+  @property
+  def mode(self) -> str:
+    return self._mode
+
+  @mode.setter
+  def mode(self, mode: str):
+    if mode not in ("raise", "skip"):
+      raise ValueError("non_finite_gradients must be 'raise' or 'skip', "
+                       f"got {mode!r}.")
+    self._mode = mode
+    if mode == "skip" and self._skipped is None:
+      with tf.init_scope(), self._strategy.scope():
+        # Aggregation NONE: every replica counts in its own copy (they all
+        # see the same global gradient, so they agree).
+        self._skipped = tf.Variable(0, dtype=tf.int64, trainable=False,
+                                    name="skipped_steps")
+
+  @property
+  def raising(self) -> bool:
+    return self._mode == "raise"
+
+  @property
+  def skipped_steps(self) -> int:
+    return 0 if self._skipped is None else int(self._skipped.numpy())
+
+  def run(self, finite: Sequence[Any], write) -> None:
+    """`write()`, or under "skip" only if every table's gradient is finite
+    (else the step is counted)."""
+    if self.raising:
+      write()
+      return
+
+    def count():
+      self._skipped.assign_add(1)
+      return tf.constant(False)
+
+    tf.cond(tf.reduce_all(finite), write, count)

@@ -1,0 +1,168 @@
+"""One table's share of a step, on the path chosen for the table once.
+
+Every table is served by one of two paths with the same interface and the
+same numbers:
+
+| path | when | lookup | row gradients | update |
+|---|---|---|---|---|
+| `FusedTable` | training steps of CPU tables (plain or mirrored) | one kernel: range check, dedup, gather | one kernel | one kernel, in place |
+| `OpsTable` | direct lookups; tables on a GPU or parameter servers; non-lazy Adam; `Options(fused_kernels=False)` | `tf.unique`, resource gather | `unsorted_segment_sum` | gather, `update_rules`, scatter |
+
+A path's methods, in step order:
+
+* `lookup(members) -> (batch, checks)`: the table's distinct ids, where each
+  id of each member feature sits among them, and the rows; `checks` are the
+  input checks every update of the step must wait for;
+* `feature_rows(batch)`: each member feature's rows, one per id (simulated
+  quantization applied);
+* `row_gradients(batch, entry_grads, raising) -> (grads, finite)`: the
+  gradient summed per distinct id. With `raising`, `grads` carries the
+  non-finite check (an error naming the table) and `finite` is True;
+  otherwise `finite` says whether every value is finite;
+* `update(batch, ids, grads, global_batch)`: the table's optimizer on rows
+  `ids` (`global_batch`: the ids are the global batch's, not this batch's).
+"""
+
+from typing import Any, List, NamedTuple, Sequence, Tuple
+
+import tensorflow as tf
+
+from tfemb import inputs
+from tfemb import validation
+from tfemb.host import sparse_update
+from tfemb.host.variables import gather_rows
+from tfemb.host.variables import TableVariables
+from tfemb.kernels import ops as kernel_ops
+
+
+class Member(NamedTuple):
+  """One feature of a table in a batch."""
+  index: int  # the feature's flat index
+  path: str
+  feature: Any  # its FeatureConfig
+  lookup: inputs.Lookup
+
+
+class OpsBatch(NamedTuple):
+  features: List[int]  # flat feature indices, parallel to positions
+  unique_ids: tf.Tensor
+  positions: List[tf.Tensor]  # per feature: each id's index in unique_ids
+  rows: tf.Tensor  # the rows of unique_ids, as gathered
+
+
+class FusedBatch(NamedTuple):
+  features: List[int]
+  unique_ids: tf.Tensor
+  positions: tf.Tensor  # every feature's positions, concatenated
+  id_rows: List[tf.Tensor]  # per feature: each id's row
+
+
+def concat(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
+  return tensors[0] if len(tensors) == 1 else tf.concat(tensors, axis=0)
+
+
+def _split(tensor, members: Sequence[Member]) -> List[tf.Tensor]:
+  if len(members) == 1:
+    return [tensor]
+  return tf.split(tensor, [tf.size(m.lookup.ids) for m in members])
+
+
+def quantize(rows, config):
+  """Simulated quantization of looked-up rows (`QuantizationConfig`)."""
+  lower, upper = config.lower, config.upper
+  quantum = (upper - lower) / (config.num_buckets - 1)
+  rows = tf.clip_by_value(rows, lower, upper)
+  return tf.floor((rows - lower) / quantum + 0.5) * quantum + lower
+
+
+class _Path:
+  """What both paths share: the table, its variables, the quantization."""
+
+  def __init__(self, table, variables: TableVariables):
+    self.table = table
+    self.variables = variables
+
+  def _quantized(self, rows):
+    config = self.table.quantization_config
+    return rows if config is None else quantize(rows, config)
+
+
+class OpsTable(_Path):
+  """TensorFlow's ops; differentiable, so direct lookups use it too."""
+
+  def lookup(self, members: Sequence[Member]) -> Tuple[OpsBatch, List[Any]]:
+    checks = []
+    for m in members:
+      checks += list(m.lookup.checks)
+      if m.feature.validate_weights_and_indices:
+        checks += validation.id_range(m.path, m.lookup.ids,
+                                      self.table.vocabulary_size)
+    with tf.control_dependencies(checks):  # no gather before the checks
+      all_ids = tf.identity(concat([m.lookup.ids for m in members]))
+    unique_ids, idx = tf.unique(all_ids, out_idx=tf.int64)
+    rows = gather_rows(self.variables["parameters"], unique_ids)
+    return OpsBatch([m.index for m in members], unique_ids,
+                    _split(idx, members), rows), checks
+
+  def feature_rows(self, batch: OpsBatch) -> List[tf.Tensor]:
+    rows = self._quantized(batch.rows)
+    return [tf.gather(rows, pos) for pos in batch.positions]
+
+  def row_gradients(self, batch: OpsBatch, entry_grads, raising):
+    grads = tf.math.unsorted_segment_sum(
+        concat(entry_grads), concat(batch.positions),
+        tf.size(batch.unique_ids, out_type=tf.int64))
+    return checked(self.table.name, grads, raising)
+
+  def update(self, batch: OpsBatch, ids, grads, global_batch: bool):
+    rows = None if global_batch else batch.rows  # this batch's: reused
+    sparse_update.update_table(self.table, self.variables, ids, rows, grads)
+
+
+class FusedTable(_Path):
+  """The fused CPU kernels of `tfemb.kernels`, one op per part."""
+
+  def lookup(self, members: Sequence[Member]):
+    checks = [c for m in members for c in m.lookup.checks]
+    with tf.control_dependencies(checks):
+      unique_ids, positions, rows = kernel_ops.dedup_gather(
+          self.table, self.variables["parameters"],
+          [m.lookup.ids for m in members], [m.path for m in members])
+    # The kernel checks the ids' range: every update waits for it too.
+    return FusedBatch([m.index for m in members], unique_ids, positions,
+                      _split(rows, members)), checks + [unique_ids]
+
+  def feature_rows(self, batch: FusedBatch) -> List[tf.Tensor]:
+    return [self._quantized(rows) for rows in batch.id_rows]
+
+  def row_gradients(self, batch: FusedBatch, entry_grads, raising):
+    grads, finite = kernel_ops.row_gradients(
+        self.table, concat(entry_grads), batch.positions, batch.unique_ids,
+        raising)
+    return grads, tf.constant(True) if raising else finite
+
+  def update(self, batch: FusedBatch, ids, grads, global_batch: bool):
+    del batch, global_batch  # the kernel reads the rows it updates
+    sparse_update.update_table(
+        self.table, self.variables, ids, None, grads,
+        fused=kernel_ops.in_place_here(self.variables))
+
+
+def checked(table_name: str, grads, raising: bool):
+  """`(grads, finite)` as `row_gradients` returns them, for gradients
+  computed with TensorFlow's ops (or summed across replicas)."""
+  if not raising:
+    return grads, validation.all_finite(grads)
+  with tf.control_dependencies(validation.finite_gradients(table_name,
+                                                           grads)):
+    return tf.identity(grads), tf.constant(True)
+
+
+def training_path(table, variables: TableVariables, partitioned: bool,
+                  options) -> _Path:
+  """The path of `table`'s training steps: the fused kernels where they
+  can take its variables, else TensorFlow's ops."""
+  if not partitioned and kernel_ops.usable(variables, table.optimizer,
+                                           options):
+    return FusedTable(table, variables)
+  return OpsTable(table, variables)

@@ -1,0 +1,220 @@
+"""The tables and slots of the host engine, created as TensorFlow does.
+
+`TableStore` creates every table's parameters and slots with the object
+graph and names of TensorFlow's `TPUEmbedding` / `TPUEmbeddingForServing`
+(children of the engine object named `<table>` and `<table>/<slot>`), so
+checkpoints move between them. It initializes big tables in blocks of rows
+(`tfemb.initialization`), keeps a table's slots beside its parameters in
+one variable where the fused kernels train it (`tfemb.interleaved_tables`),
+shards tables over parameter servers when asked, and refuses checkpoints of
+another configuration. `gather_rows` reads rows in id order from any of
+these variables.
+"""
+
+import contextlib
+import functools
+from typing import Any, Dict, List, Optional
+
+import tensorflow as tf
+from tensorflow.python.distribute import sharded_variable  # pylint: disable=g-direct-tensorflow-import
+
+from tfemb import initialization
+from tfemb import interleaved_tables
+from tfemb import replicas
+from tfemb.kernels import ops as kernel_ops
+
+TableVariables = Dict[str, tf.Variable]  # {"parameters": .., slot: ..}
+
+
+def _slot_names(table) -> List[str]:
+  return table.optimizer._slot_names() if table.optimizer else []  # pylint: disable=protected-access
+
+
+class TableStore:
+  """Creates and guards the variables of `tables` for one engine.
+
+  Args:
+    tables: the resolved `TableConfig`s (`tfemb.resolution`).
+    strategy: the strategy the engine was created under.
+    options: the engine's `tfemb.options.Options`.
+  """
+
+  def __init__(self, tables: List[Any], strategy, options):
+    self._tables = tables
+    self._strategy = strategy
+    self._options = options
+    self.partitioner = None  # `TPUEmbedding.table_partitioner`
+
+  @property
+  def partitioned(self) -> bool:
+    """True under ParameterServerStrategy (tables may be sharded)."""
+    return hasattr(self._strategy.extended, "_variable_partitioner")
+
+  @contextlib.contextmanager
+  def _partitioning(self):
+    """The strategy's variable partitioner, or `partitioner`."""
+    if self.partitioner is None:
+      yield
+      return
+    extended = self._strategy.extended
+    saved = extended._variable_partitioner  # pylint: disable=protected-access
+    extended._variable_partitioner = self.partitioner  # pylint: disable=protected-access
+    try:
+      yield
+    finally:
+      extended._variable_partitioner = saved  # pylint: disable=protected-access
+
+  def create(self, owner) -> Dict[str, TableVariables]:
+    """Every table's variables, as children of the trackable `owner`."""
+    with tf.init_scope(), self._strategy.scope(), self._partitioning():
+      return {t.name: self._create(owner, t) for t in self._tables}
+
+  def _advise_huge_pages(self, variable):
+    """2 MiB pages for a table created empty, before it is filled; not on
+    parameter servers, which lack the kernels."""
+    if not self.partitioned:
+      kernel_ops.advise_huge_pages(variable, self._options)
+
+  def _create(self, owner, table) -> TableVariables:
+    """Same object graph and names as TensorFlow's `TPUEmbeddingBase`.
+
+    Where `tfemb.interleaved_tables` wants it, the parameters and slots are
+    column views of one variable, under the same names and initializers.
+    """
+    table_shape = (table.vocabulary_size, table.dim)
+    names = _slot_names(table)
+    inits = (table.optimizer._slot_initializers() if table.optimizer else [])  # pylint: disable=protected-access
+    storage = None
+    if interleaved_tables.wanted(table, self.partitioned, self._options):
+      width = (1 + len(names)) * table.dim
+      storage = tf.Variable(
+          initialization.uninitialized((table.vocabulary_size, width),
+                                       tf.float32),
+          shape=(table.vocabulary_size, width), dtype=tf.float32,
+          trainable=False, name=table.name + "/interleaved")
+      self._advise_huge_pages(storage)
+    # A view's columns, by the name TensorFlow gives the variable.
+    column = {table.name: 0}
+    column.update({f"{table.name}/{n}": k + 1 for k, n in enumerate(names)})
+
+    def plain(name, dtype, initializer, trainable, blocks):
+      variable = tf.Variable(
+          name=name,
+          initial_value=(
+              initialization.uninitialized(table_shape, dtype) if blocks
+              else functools.partial(initializer, table_shape, dtype=dtype)),
+          shape=table_shape,
+          dtype=dtype,
+          trainable=trainable)
+      if blocks:
+        self._advise_huge_pages(variable)
+        initialization.fill_in_blocks(
+            functools.partial(initialization.scatter_rows, variable),
+            table_shape, dtype, initializer, blocks)
+      return variable
+
+    def view(name, dtype, initializer, trainable, blocks):
+      variable = interleaved_tables.ColumnView(
+          storage, column[name] * table.dim, table.dim, name, trainable)
+      if blocks:
+        initialization.fill_in_blocks(variable.assign_rows, table_shape,
+                                      dtype, initializer, blocks)
+      else:
+        variable.assign(initializer(table_shape, dtype=dtype),
+                        read_value=False)
+      if initialization.is_restored(initializer):  # not restored again
+        variable._maybe_initialize_trackable()  # pylint: disable=protected-access
+        variable._update_uid = initializer.restore_uid  # pylint: disable=protected-access
+      return variable
+
+    def getter(name, shape, dtype, initializer, trainable):
+      del shape  # The tracking code may clear it; use the table's.
+      blocks = None
+      if not self.partitioned:
+        blocks = initialization.block_rows(initializer, table_shape, dtype)
+      try:
+        make = plain if storage is None else view
+        return make(name, dtype, initializer, trainable, blocks)
+      except ValueError as e:  # a restored value of another shape
+        raise ValueError(
+            f"Table {table.name!r} ({name}): expected shape {table_shape} "
+            f"(vocabulary_size, dim); the checkpoint being restored holds "
+            f"another: {e}") from None
+
+    def create(name, initializer, trainable=True):
+      return owner._add_variable_with_custom_getter(  # pylint: disable=protected-access
+          name=name,
+          initializer=initializer,
+          shape=table_shape,
+          dtype=tf.float32,
+          getter=getter,
+          trainable=trainable)
+
+    parameters = create(table.name, table.initializer)
+    slots = {}
+    if table.optimizer is not None:
+      if table.optimizer.slot_variable_creation_fn is not None:
+        slots = table.optimizer.slot_variable_creation_fn(
+            parameters, names, inits)
+      else:
+        slots = {
+            name: create(table.name + "/" + name, init, False)
+            for name, init in zip(names, inits)
+        }
+    slots["parameters"] = parameters
+    return slots
+
+  def check_checkpoint_child(self, name: str) -> None:
+    """Refuses a checkpoint child this configuration does not have: the
+    checkpoint was saved with other tables or another optimizer."""
+    slots = {t.name: _slot_names(t) for t in self._tables}
+    table, _, slot = name.partition("/")
+    if table not in slots:
+      raise ValueError(
+          f"The checkpoint holds embedding table {table!r}, which this "
+          f"TPUEmbedding does not have (its tables: {sorted(slots)}): it was "
+          "saved with another configuration.")
+    if slot and slot not in slots[table]:
+      opt = next(t.optimizer for t in self._tables if t.name == table)
+      raise ValueError(
+          f"The checkpoint holds slot {slot!r} of table {table!r}, but this "
+          f"TPUEmbedding trains the table with {type(opt).__name__} (slots "
+          f"{slots[table]}): it was saved with another optimizer.")
+
+
+class ByTableConfig(dict):
+  """Keyed by the resolved `TableConfig`s; the user's own `TableConfig`
+  objects and the tables' names are accepted as keys too."""
+
+  def __init__(self, items, aliases: Optional[Dict[int, Any]] = None):
+    super().__init__(items)
+    self._aliases = aliases or {}  # id(user's TableConfig) -> resolved
+
+  def _key(self, key):
+    if isinstance(key, str):
+      return next((table for table in self if table.name == key), None)
+    return self._aliases.get(id(key))
+
+  def __missing__(self, key):
+    resolved = self._key(key)
+    if resolved is None or not dict.__contains__(self, resolved):
+      raise KeyError(key)
+    return self[resolved]
+
+  def __contains__(self, key):
+    return dict.__contains__(self, key) or self._key(key) is not None
+
+
+def gather_rows(variable, ids):
+  """Rows `ids` of a table or slot, in the order of `ids`.
+
+  A `ShardedVariable` (tables over parameter servers) is read per shard
+  with TensorFlow's "div" routing; its own `sparse_read` would return the
+  rows grouped by shard, not in the order asked for. A mirrored variable
+  is read from the replica's own copy.
+  """
+  if isinstance(variable, sharded_variable.ShardedVariable):
+    return tf.nn.embedding_lookup(variable, ids)
+  # On a mirrored variable (no sparse_read of its own) tf.gather would read
+  # the whole table: a resource gather of the replica's copy instead.
+  return tf.gather(replicas.local_copy(variable), ids)

@@ -1,0 +1,91 @@
+"""One declaration per optimizer: all that tfemb needs to know about it.
+
+What adding an optimizer takes is listed in `tfemb.update_rules`.
+"""
+
+import dataclasses
+import inspect
+from typing import Any, Callable, Dict, Mapping, Tuple, Union
+
+import tensorflow as tf
+
+from tfemb import update_rules
+from tfemb.optimizers import parameters
+
+ProtoField = Union[str, Callable[[Any], Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Declaration:
+  """Everything tfemb needs to know about one optimizer.
+
+  Attributes:
+    name: tfemb's class name, and the fused kernels' name for its rule.
+    cls: tfemb's class.
+    tf_name: TensorFlow's class, `tf.tpu.experimental.embedding.<tf_name>`.
+    slots: the slot variables' names, in TensorFlow's order.
+    rule: its update (`tfemb.update_rules`).
+    kernel_constants: `optimizer -> {name: value}`, the constants its C++
+      row rule (`RuleRow<Name>`, tfemb/kernels/embedding_kernels.cc) reads,
+      in order; the build names them in C++ (`kBeta1` for "beta_1").
+    proto_message: its message in TensorFlow's `OptimizationParameters`.
+    proto_fields: that message's fields, each from an attribute of the
+      optimizer (its name) or a function of the optimizer.
+  """
+  name: str
+  cls: type
+  tf_name: str
+  slots: Tuple[str, ...]
+  rule: update_rules.Rule
+  kernel_constants: Callable[[Any], Dict[str, float]]
+  proto_message: str
+  proto_fields: Mapping[str, ProtoField]
+
+  @property
+  def tf_class(self) -> type:
+    return getattr(tf.tpu.experimental.embedding, self.tf_name)
+
+  @property
+  def arguments(self) -> Tuple[str, ...]:
+    """tfemb's constructor arguments, in order (TensorFlow's are the same)."""
+    return tuple(inspect.signature(self.cls.__init__).parameters)[1:]
+
+
+DECLARATIONS: Tuple[Declaration, ...] = (
+    Declaration(
+        name="SGD", cls=parameters.SGD, tf_name="SGD", slots=(),
+        rule=update_rules.sgd, kernel_constants=update_rules.no_constants,
+        proto_message="stochastic_gradient_descent", proto_fields={}),
+    Declaration(
+        name="Adagrad", cls=parameters.Adagrad, tf_name="Adagrad",
+        slots=("accumulators",), rule=update_rules.adagrad,
+        kernel_constants=update_rules.no_constants, proto_message="adagrad",
+        proto_fields={}),
+    Declaration(
+        name="AdagradMomentum", cls=parameters.AdagradMomentum,
+        tf_name="AdagradMomentum", slots=("accumulators", "momenta"),
+        rule=update_rules.adagrad_momentum,
+        kernel_constants=update_rules.adagrad_momentum_constants,
+        proto_message="adagrad_momentum",
+        proto_fields={"momentum": "momentum", "use_nesterov": "use_nesterov",
+                      "exponent": "exponent", "beta2": "beta2",
+                      "epsilon": "epsilon"}),
+    Declaration(
+        name="Adam", cls=parameters.Adam, tf_name="Adam",
+        slots=("momenta", "velocities"), rule=update_rules.adam,
+        kernel_constants=update_rules.adam_constants, proto_message="adam",
+        proto_fields={"beta1": "beta_1", "beta2": "beta_2",
+                      "epsilon": "epsilon",
+                      "use_non_lazy_adam": lambda opt: not opt.lazy_adam,
+                      "use_sum_inside_sqrt": "sum_inside_sqrt"}),
+    Declaration(
+        name="FTRL", cls=parameters.FTRL, tf_name="FTRL",
+        slots=("accumulators", "linears"), rule=update_rules.ftrl,
+        kernel_constants=update_rules.ftrl_constants, proto_message="ftrl",
+        proto_fields={"l1": "l1_regularization_strength",
+                      "l2": "l2_regularization_strength",
+                      "lr_power": "learning_rate_power", "beta": "beta",
+                      "multiply_linear_by_lr":
+                          "multiply_linear_by_learning_rate",
+                      "allow_zero_accumulator": "allow_zero_accumulator"}),
+)

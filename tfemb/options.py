@@ -1,0 +1,130 @@
+"""How the host engine runs: options set in code, per engine or per process.
+
+    import tfemb
+
+    with tfemb.options.use(fused_kernels=False):
+      embedding = tfemb.TPUEmbedding(...)   # this engine: TensorFlow's ops
+    tfemb.options.set(malloc_tuning=False)  # every engine built from now on
+
+An engine reads `get()` once, when it is constructed, and keeps those
+options for its life; changing them later changes only engines built later.
+`use(**changes)` applies changes for the duration of a `with` block (blocks
+nest, the inner one winning; other threads see them too while the block
+runs); `set(**changes)` applies them for the rest of the process. Unknown
+names raise a TypeError naming the valid ones.
+
+Each option defaults to an environment variable, read by `get()` (see
+`Options`); the environment only gives defaults, code overrides them.
+
+Two options reach beyond one engine:
+
+* `malloc_tuning` is process-wide: the first engine built with it on sets
+  glibc malloc's thresholds for the whole process (`tfemb.heap`), for good.
+  Decline it with `tfemb.options.set(malloc_tuning=False)` (or
+  `TFEMB_MALLOC_TUNING=0`) before the first engine is built.
+* A process loads one build of the kernels (their ops have fixed names),
+  the first one asked for: `kernel_march` and `kernel_cache` count until
+  then.
+"""
+
+import contextlib
+import dataclasses
+import os
+import threading
+from typing import Any, ContextManager, Dict, Iterator, List, Optional
+
+_OFF = ("0", "false", "no", "off")
+
+
+def _flag(name: str) -> bool:
+  return os.environ.get(name, "1").strip().lower() not in _OFF
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """The host engine's options.
+
+  Each defaults to its environment variable, then to the value in brackets.
+
+  Attributes:
+    fused_kernels: `TFEMB_FUSED_KERNELS` [on]. The fused CPU kernels
+      (`tfemb.kernels`) where a table can take them; off: TensorFlow's ops
+      everywhere (the same numbers, slower).
+    interleaved_slots: `TFEMB_INTERLEAVED_SLOTS` [on]. A table's slots
+      beside its parameters in one variable where it can take them
+      (`tfemb.interleaved_tables`; needs `fused_kernels`); off: one
+      variable each.
+    malloc_tuning: `TFEMB_MALLOC_TUNING` [on]. When an engine builds its
+      tables, raise glibc malloc's mmap and trim thresholds (`tfemb.heap`).
+      This is process-wide: it changes how the whole process allocates,
+      for every library in it, and is not undone. Decline it with
+      `malloc_tuning=False`, set before the first engine is built.
+    kernel_march: `TFEMB_KERNEL_MARCH` [native]. The `-march` the kernels
+      are compiled for ("": the compiler's default target).
+    kernel_cache: `TFEMB_KERNEL_CACHE` [None: `$XDG_CACHE_HOME/tfemb` or
+      `~/.cache/tfemb`]. Where compiled kernels are kept.
+
+  A switch is off for "0", "false", "no" or "off".
+  """
+
+  fused_kernels: bool = dataclasses.field(
+      default_factory=lambda: _flag("TFEMB_FUSED_KERNELS"))
+  interleaved_slots: bool = dataclasses.field(
+      default_factory=lambda: _flag("TFEMB_INTERLEAVED_SLOTS"))
+  malloc_tuning: bool = dataclasses.field(
+      default_factory=lambda: _flag("TFEMB_MALLOC_TUNING"))
+  kernel_march: str = dataclasses.field(
+      default_factory=lambda: os.environ.get("TFEMB_KERNEL_MARCH", "native"))
+  kernel_cache: Optional[str] = dataclasses.field(
+      default_factory=lambda: os.environ.get("TFEMB_KERNEL_CACHE") or None)
+
+
+_NAMES = tuple(f.name for f in dataclasses.fields(Options))
+_lock = threading.Lock()
+_process: Dict[str, Any] = {}  # from `set`
+_scopes: List[Dict[str, Any]] = []  # from `use`, innermost last
+
+
+def _checked(changes: Dict[str, Any]) -> Dict[str, Any]:
+  unknown = sorted(name for name in changes if name not in _NAMES)
+  if unknown:
+    raise TypeError(f"Unknown tfemb option(s) {unknown}; the options are "
+                    f"{list(_NAMES)}.")
+  return changes
+
+
+def get() -> Options:
+  """The current options: the environment's defaults, then `set`'s
+  changes, then those of every enclosing `use`."""
+  with _lock:
+    changes = dict(_process)
+    for scope in _scopes:
+      changes.update(scope)
+  return Options(**changes)
+
+
+def set(**changes) -> None:  # pylint: disable=redefined-builtin
+  """Changes options for the rest of the process (engines built later)."""
+  _checked(changes)
+  with _lock:
+    _process.update(changes)
+
+
+def use(**changes) -> ContextManager[Options]:
+  """Changes options inside a `with` block, which gets the options in
+  force."""
+  return _scope(_checked(dict(changes)))
+
+
+@contextlib.contextmanager
+def _scope(scope: Dict[str, Any]) -> Iterator[Options]:
+  with _lock:
+    _scopes.append(scope)
+  try:
+    yield get()
+  finally:
+    with _lock:
+      # This block's own entry, wherever it is: blocks of other threads
+      # may have been entered since and be left later.
+      del _scopes[next(i for i in range(len(_scopes) - 1, -1, -1)
+                       if _scopes[i] is scope)]

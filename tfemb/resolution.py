@@ -1,0 +1,137 @@
+"""Configs resolved once, as TensorFlow's `TPUEmbedding.__init__` reads them.
+
+`resolve(feature_config, optimizer)` gives every engine (the host engine,
+the Keras layer, the TPU plan and the proto builder) the same view of a
+configuration:
+
+* features in `tf.nest` order, with their joined paths;
+* tables in order of first use, unnamed ones named `table_<i>`, tables
+  without an optimizer given the global one; names must be unique.
+
+TensorFlow writes the names and the global optimizer into the user's
+`TableConfig`s. Here they go into copies (`copy.copy`, so a TensorFlow
+config stays a TensorFlow config with all its fields): the user's objects
+are never changed, and the same `TableConfig` may serve several engines
+with different global optimizers.
+"""
+
+import copy
+from typing import Any, Callable, List, NamedTuple, Optional
+
+from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
+
+from tfemb import optimizers
+
+
+class Resolved(NamedTuple):
+  """A configuration as an engine sees it.
+
+  `features`, `paths` and `table_index` are parallel, in `tf.nest` order;
+  `tables` and `user_tables` parallel, in order of first use. `features`
+  are copies of the user's whose `table` is the resolved copy.
+  """
+  structure: Any  # the resolved features, in the user's structure
+  paths: List[str]
+  features: List[Any]
+  table_index: List[int]  # per feature: its table's index
+  tables: List[Any]  # resolved copies: named, with an optimizer (or None)
+  user_tables: List[Any]  # the user's TableConfigs, as given
+
+  def table_of(self, user_table) -> Any:
+    """The resolved copy of one of the user's `TableConfig`s."""
+    for user, ours in zip(self.user_tables, self.tables):
+      if user is user_table:
+        return ours
+    raise KeyError(user_table)
+
+
+def _check_feature(path, feature):
+  if not hasattr(feature, "table") or not hasattr(feature,
+                                                  "max_sequence_length"):
+    raise TypeError(f"feature_config[{path!r}] must be a FeatureConfig, got "
+                    f"{type(feature).__name__}.")
+
+
+def resolve(feature_config: Any,
+            optimizer: Optional[Any],
+            normalize: Optional[Callable[[Any], Any]] = None) -> Resolved:
+  """Resolves `feature_config` with `optimizer` as the global optimizer.
+
+  Args:
+    feature_config: a nested structure of `FeatureConfig`s (tfemb's or
+      TensorFlow's).
+    optimizer: the optimizer of tables without their own, or None.
+    normalize: turns an optimizer in another form (e.g. a Keras optimizer,
+      for the Keras layer) into an embedding optimizer; applied to
+      `optimizer` and to every table's own. By default optimizers must
+      already be embedding optimizers (tfemb's or TensorFlow's).
+
+  Raises:
+    TypeError: an entry of `feature_config` is not a FeatureConfig.
+    ValueError: an unsupported optimizer, or two tables of the same name.
+  """
+  flat = nest.flatten_with_joined_string_paths(feature_config)
+  for path, feature in flat:
+    _check_feature(path, feature)
+  if normalize is not None:
+    optimizer = normalize(optimizer)
+  user_tables: List[Any] = []
+  for _, feature in flat:
+    if not any(feature.table is t for t in user_tables):
+      user_tables.append(feature.table)
+  tables, names = [], []
+  for i, user_table in enumerate(user_tables):
+    table = copy.copy(user_table)
+    own = user_table.optimizer
+    if normalize is not None and own is not None:
+      own = normalize(own)
+    table.optimizer = optimizer if own is None else own
+    if table.optimizer is not None and not optimizers.is_optimizer(
+        table.optimizer):
+      raise ValueError(
+          f"{type(table.optimizer)} is an unsupported optimizer class. "
+          "Please pass an instance of one of the optimizer classes under "
+          "tfemb or tf.tpu.experimental.embedding.")
+    if table.name is None:
+      table.name = f"table_{i}"
+    if table.name in names:
+      raise ValueError("Tables must have a unique name. "
+                       f"Multiple tables with name {table.name} found.")
+    names.append(table.name)
+    tables.append(table)
+  table_index, features = [], []
+  for _, feature in flat:
+    t = next(i for i, u in enumerate(user_tables) if feature.table is u)
+    resolved_feature = copy.copy(feature)
+    resolved_feature.table = tables[t]
+    table_index.append(t)
+    features.append(resolved_feature)
+  return Resolved(
+      structure=nest.pack_sequence_as(feature_config, features),
+      paths=[path for path, _ in flat],
+      features=features,
+      table_index=table_index,
+      tables=tables,
+      user_tables=user_tables)
+
+
+def dynamic_learning_rates(tables: List[Any]) -> List[Callable[[], Any]]:
+  """The callable learning rates of `tables`' optimizers, once each, in
+  table order (TensorFlow numbers its dynamic learning rates so)."""
+  rates: List[Callable[[], Any]] = []
+  for table in tables:
+    rate = getattr(table.optimizer, "learning_rate", None)
+    if callable(rate) and not any(rate is r for r in rates):
+      rates.append(rate)
+  return rates
+
+
+def counting_learning_rates(tables: List[Any]) -> List[Any]:
+  """The learning rates of `tables` that count training steps themselves
+  (`advance()` after each update: Keras-translated schedules), once each."""
+  rates: List[Any] = []
+  for table in tables:
+    rate = getattr(table.optimizer, "learning_rate", None)
+    if hasattr(rate, "advance") and not any(rate is r for r in rates):
+      rates.append(rate)
+  return rates
