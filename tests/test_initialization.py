@@ -109,6 +109,24 @@ def test_callable_and_array_initializers_are_called_once_on_the_full_shape():
   assert shapes == [(ROWS, DIM)]
 
 
+@pytest.mark.parametrize("offset", [0, 40])
+@pytest.mark.parametrize("vocab", [100, ROWS], ids=["one_block", "blocks"])
+@pytest.mark.parametrize("optimizer", [tfemb.SGD(0.1), tfemb.Adagrad(0.1)],
+                         ids=["sgd", "adagrad"])
+def test_row_id_tables_hold_their_row_ids(table_layout, optimizer, vocab,
+                                          offset):
+  """TensorFlow's `RowIdInitializer`: row i holds offset + i in every
+  column, also where the table is written block by block."""
+  del table_layout  # both: slots apart, and beside the parameters
+  initializer = tfemb.RowIdInitializer(offset=offset)
+  in_blocks = initialization.block_rows(initializer, (vocab, DIM))
+  assert in_blocks == (128 if vocab == ROWS else None)
+  expected = np.tile(np.arange(offset, offset + vocab, dtype=np.float32)
+                     [:, None], (1, DIM))
+  values = build(initializer, optimizer, vocab)["parameters"]
+  np.testing.assert_array_equal(values, expected)
+
+
 def test_global_seed_makes_block_initialization_repeatable():
   tf.random.set_seed(11)
   first = build()["parameters"]

@@ -15,9 +15,10 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "tfemb"
 
 # Plain configuration: no engine, no Keras.
 CONFIGS = ("tfemb.configs", "tfemb.optimizers", "tfemb.resolution",
-           "tfemb.options", "tfemb.shapes", "tfemb.update_rules")
+           "tfemb.options", "tfemb.shapes", "tfemb.update_rules",
+           "tfemb.sparsecore_configs")
 ENGINES = ("tfemb.host", "tfemb.mid_level", "tfemb.tpu", "tfemb.layers",
-           "tfemb.kernels", "tfemb.compat")
+           "tfemb.kernels", "tfemb.compat", "tfemb.v0", "tfemb.serving")
 KERAS = ("keras", "tf_keras", "tfemb.layers")
 
 

@@ -9,10 +9,18 @@ from tfemb.mid_level import TPUEmbedding
 # Adagrad, AdagradMomentum, Adam, FTRL.
 from tfemb.optimizers import *  # pylint: disable=wildcard-import
 from tfemb.options import Options
+from tfemb.serving import TPUEmbeddingForServing
+from tfemb.serving import serving_embedding_lookup
+# TensorFlow's own classes: CustomCombiner, CustomOptimizer,
+# RowIdInitializer, SparseCoreEmbeddingConfig.
+from tfemb.sparsecore_configs import *  # pylint: disable=wildcard-import
+from tfemb.sparsecore.engine import TPUEmbeddingV2
 from tfemb.tf_conversion import to_tensorflow
+from tfemb.v0 import TPUEmbeddingV0
 from tfemb import compat
 from tfemb import optimizers
 from tfemb import options
+from tfemb import sparsecore_configs
 from tfemb import tpu
 
 __version__ = "0.1.0"
@@ -29,7 +37,8 @@ def __getattr__(name):
     return importlib.import_module(f"tfemb.{name}")
   raise AttributeError(f"module 'tfemb' has no attribute {name!r}")
 
-__all__ = optimizers.__all__ + [
+__all__ = optimizers.__all__ + sparsecore_configs.__all__ + [
     "TableConfig", "FeatureConfig", "QuantizationConfig", "TPUEmbedding",
-    "to_tensorflow", "Options",
+    "to_tensorflow", "Options", "TPUEmbeddingForServing",
+    "serving_embedding_lookup", "TPUEmbeddingV0", "TPUEmbeddingV2",
 ]

@@ -12,6 +12,8 @@ from absl import logging
 import tensorflow as tf
 from tensorflow.python.ops import init_ops_v2
 
+from tfemb.sparsecore_configs import CustomCombiner
+
 _COMBINERS = ("mean", "sum", "sqrtn")
 
 
@@ -70,10 +72,11 @@ class TableConfig:
     initializer: called as `initializer(shape, dtype=...)` for the table's
       initial value; default: truncated normal, mean 0, standard deviation
       `1 / sqrt(dim)` (TensorFlow's).
-    optimizer: this table's embedding optimizer; None: the one given to the
-      engine.
+    optimizer: this table's embedding optimizer (a `CustomOptimizer`:
+      `TPUEmbeddingV2` only); None: the one given to the engine.
     combiner: how a feature's rows combine per example: "mean" (default),
-      "sum" or "sqrtn" (docs/numerics.md, "Combiners").
+      "sum" or "sqrtn" (docs/numerics.md, "Combiners"), or a
+      `CustomCombiner` (TensorFlow's class; `TPUEmbeddingV2` only).
     name: the table's name, its variables' and checkpoint keys' name;
       None: `table_<i>`, by order of first use. Names must be unique.
     quantization_config: a `QuantizationConfig` for simulated quantization
@@ -90,7 +93,7 @@ class TableConfig:
       dim: int,
       initializer: Optional[Callable[[Any], None]] = None,
       optimizer: Optional[Any] = None,
-      combiner: Text = "mean",
+      combiner: Union[Text, CustomCombiner] = "mean",
       name: Optional[Text] = None,
       quantization_config: QuantizationConfig = None,
       layout: Optional[Any] = None,
@@ -115,7 +118,7 @@ class TableConfig:
         raise ValueError(
             f"String argument `combiner` must be in {_COMBINERS}. "
             f"Received: {combiner}")
-    else:
+    elif not isinstance(combiner, CustomCombiner):
       raise ValueError(
           f"Argument `combiner` should either be a str or a CustomCombiner. "
           f"Received: {type(combiner)}")

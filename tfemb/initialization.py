@@ -11,9 +11,11 @@ unseeded `TruncatedNormal`, `RandomNormal`, `RandomUniform`, and scalar
 `Constant`, `Zeros`, `Ones`, which every slot uses) is instead created
 uninitialized and filled in place, `BLOCK_BYTES` of rows at a time, by
 resource scatters: the values have the same distribution, and the peak
-memory is the table plus one block. Any other initializer (seeded, a
-callable) is called once on the full shape, as TensorFlow does, so its
-values are exactly TensorFlow's.
+memory is the table plus one block. So is a table of TensorFlow's
+`RowIdInitializer`, each block from its first row's id on: the values are
+exactly TensorFlow's. Any other initializer (seeded, a callable) is called
+once on the full shape, as TensorFlow does, so its values are exactly
+TensorFlow's.
 
 A checkpoint's value restored as a table is created is the variable's own
 initial value for a plain variable (no copy); a column view of an
@@ -31,6 +33,8 @@ import tensorflow as tf
 from tensorflow.python.ops import init_ops_v2  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.trackable import base as trackable  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb.sparsecore_configs import RowIdInitializer
+
 BLOCK_BYTES = 64 << 20  # rows initialized per scatter: 64 MiB of them
 
 _RANDOM = (init_ops_v2.TruncatedNormal, init_ops_v2.RandomNormal,
@@ -39,7 +43,10 @@ _CONSTANT = (init_ops_v2.Constant, init_ops_v2.Zeros, init_ops_v2.Ones)
 
 
 def _is_elementwise(initializer) -> bool:
-  """True if rows drawn block by block follow the initializer's law."""
+  """True if rows written block by block make the initializer's table:
+  rows of its law, or (`RowIdInitializer`) its very values."""
+  if type(initializer) is RowIdInitializer:  # pylint: disable=unidiomatic-typecheck
+    return True  # `_from_row` gives each block its ids
   if type(initializer) in _RANDOM:  # pylint: disable=unidiomatic-typecheck
     return initializer.seed is None
   if type(initializer) in _CONSTANT:  # pylint: disable=unidiomatic-typecheck
@@ -75,6 +82,13 @@ def scatter_rows(variable: tf.Variable, start: int, rows: tf.Tensor):
       tf.IndexedSlices(rows, tf.range(start, end, dtype=tf.int64)))
 
 
+def _from_row(initializer, start: int):
+  """The initializer of the rows from `start` on."""
+  if type(initializer) is RowIdInitializer:  # pylint: disable=unidiomatic-typecheck
+    return RowIdInitializer(offset=initializer.offset + start)
+  return initializer
+
+
 def fill_in_blocks(write_rows: Callable[[int, tf.Tensor], Any], shape, dtype,
                    initializer, rows_per_block: int):
   """Writes `initializer` values of a table of `shape`, one block of rows at
@@ -84,4 +98,5 @@ def fill_in_blocks(write_rows: Callable[[int, tf.Tensor], Any], shape, dtype,
   rows, dim = shape
   for start in range(0, rows, rows_per_block):
     end = min(rows, start + rows_per_block)
-    write_rows(start, initializer((end - start, dim), dtype=dtype))
+    block = _from_row(initializer, start)((end - start, dim), dtype=dtype)
+    write_rows(start, block)

@@ -43,7 +43,7 @@ def wanted(table, partitioned: bool,
   """
   opts = options.get() if opts is None else opts
   opt = table.optimizer
-  return (opts.interleaved_slots and opt is not None and
+  return (opts.interleaved_slots and optimizers.is_optimizer(opt) and
           bool(optimizers.identify(opt).slots) and
           opt.slot_variable_creation_fn is None and
           getattr(opt, "lazy_adam", True) and not partitioned and

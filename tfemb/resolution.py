@@ -60,7 +60,9 @@ def resolve(feature_config: Any,
   Args:
     feature_config: a nested structure of `FeatureConfig`s (tfemb's or
       TensorFlow's).
-    optimizer: the optimizer of tables without their own, or None.
+    optimizer: the optimizer of tables without their own, or None. A
+      `CustomOptimizer` is accepted here (as a table's own too); the
+      engines that cannot run it refuse it.
     normalize: turns an optimizer in another form (e.g. a Keras optimizer,
       for the Keras layer) into an embedding optimizer; applied to
       `optimizer` and to every table's own. By default optimizers must
@@ -86,8 +88,9 @@ def resolve(feature_config: Any,
     if normalize is not None and own is not None:
       own = normalize(own)
     table.optimizer = optimizer if own is None else own
-    if table.optimizer is not None and not optimizers.is_optimizer(
-        table.optimizer):
+    if table.optimizer is not None and not (
+        optimizers.is_optimizer(table.optimizer) or
+        optimizers.is_custom(table.optimizer)):
       raise ValueError(
           f"{type(table.optimizer)} is an unsupported optimizer class. "
           "Please pass an instance of one of the optimizer classes under "

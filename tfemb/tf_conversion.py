@@ -82,7 +82,9 @@ def to_tensorflow(structure: Any) -> Any:
 
   `structure` is a nested structure (`tf.nest`) of `FeatureConfig`s, or one
   `TableConfig`, `FeatureConfig`, `QuantizationConfig` or optimizer. Tables
-  shared by several features stay shared. TensorFlow objects pass through.
+  shared by several features stay shared. TensorFlow objects pass through,
+  `CustomOptimizer`, `CustomCombiner` and `RowIdInitializer` (TensorFlow's
+  classes, `tfemb.sparsecore_configs`) among them.
   """
   memo = {}
   return tf.nest.map_structure(lambda obj: _convert(obj, memo), structure)

@@ -37,6 +37,9 @@ STACKS = (
     Stack("tfemb", "tfemb Keras layer", "tfemb_layer", peer=False),
     Stack("tfemb-emb", "tfemb engine, embedding part only (mid-level API)",
           "tfemb_engine", peer=False, full_step=False),
+    Stack("tfemb-emb-v2", "tfemb TPUEmbeddingV2 (SparseCore, stacked "
+          "tables), embedding part only", "tfemb_engine_v2", peer=False,
+          full_step=False),
     Stack("keras3", "Keras 3 Embedding + Keras optimizer", "keras3"),
     Stack("tfrs", "tfrs TPUEmbedding on CPU, tf_keras legacy optimizer",
           "tfrs", env={"TF_USE_LEGACY_KERAS": "1"}),

@@ -12,7 +12,6 @@ function, the same for every stack and no part of a lookup or an update, is
 not counted as embedding work.
 """
 
-import numpy as np
 import tensorflow as tf
 import tfemb
 
@@ -24,14 +23,7 @@ STEPS_PER_CALL = 8
 def build(workload):
   embedding = tfemb.TPUEmbedding(tfemb_common.feature_config(workload),
                                  tfemb_common.optimizer(workload))
-  batches = workload.make_batches()[:STEPS_PER_CALL]
-  assert len(batches) == STEPS_PER_CALL, "fewer distinct batches than steps"
-  rng = np.random.default_rng(workload.seed)
-  constants = [({n: tf.constant(ids) for n, ids in features.items()},
-                {n: tf.constant(1e-3 * rng.standard_normal(
-                    (len(ids), workload.dim), dtype=np.float32))
-                 for n, ids in features.items()})
-               for features, _ in batches]
+  constants = tfemb_common.fixed_batches(workload, STEPS_PER_CALL)
 
   @tf.function
   def steps(features, labels):

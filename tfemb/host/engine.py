@@ -29,6 +29,7 @@ from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-i
 from tfemb import heap
 from tfemb import inputs
 from tfemb import interleaved_tables
+from tfemb import optimizers
 from tfemb import options as options_lib
 from tfemb import replicas
 from tfemb import resolution
@@ -65,6 +66,12 @@ class HostEmbedding(autotrackable.AutoTrackable):
                pipeline_execution_with_tensor_core: bool = False):
     config = resolution.resolve(feature_config, optimizer)
     for table in config.tables:
+      if optimizers.is_custom(table.optimizer) or not isinstance(
+          table.combiner, str):
+        raise ValueError(
+            f"Table {table.name!r}: only TPUEmbeddingV2 (SparseCore) "
+            "supports CustomOptimizer and CustomCombiner; use "
+            "tfemb.TPUEmbeddingV2.")
       if table.dtype != tf.float32:
         raise ValueError(f"Table {table.name!r}: only float32 tables are "
                          f"supported, got dtype {table.dtype.name}.")

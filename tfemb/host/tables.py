@@ -8,6 +8,11 @@ same numbers:
 | `FusedTable` | training steps of CPU tables (plain or mirrored) | one kernel: range check, dedup, gather | one kernel | one kernel, in place |
 | `OpsTable` | direct lookups; tables on a GPU or parameter servers; non-lazy Adam; `Options(fused_kernels=False)` | `tf.unique`, resource gather | `unsorted_segment_sum` | gather, `update_rules`, scatter |
 
+A table stacked in a bigger variable (`TPUEmbeddingV2`) gives its path a
+`Remap`: ids are checked against the table's own vocabulary and looked up
+at their rows of the variable (inside the fused kernel, or with TensorFlow's
+ops).
+
 A path's methods, in step order:
 
 * `lookup(members) -> (batch, checks)`: the table's distinct ids, where each
@@ -23,7 +28,7 @@ A path's methods, in step order:
   `ids` (`global_batch`: the ids are the global batch's, not this batch's).
 """
 
-from typing import Any, List, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -33,6 +38,14 @@ from tfemb.host import sparse_update
 from tfemb.host.variables import gather_rows
 from tfemb.host.variables import TableVariables
 from tfemb.kernels import ops as kernel_ops
+
+
+class Remap(NamedTuple):
+  """A table whose rows sit in a bigger variable (a table stacked as on a
+  SparseCore): its own vocabulary, and where each id's row is."""
+  vocabulary_size: int  # the table's own; ids are checked against it
+  kernel_attr: Tuple[int, ...]  # TfembDedupGather's `stacked`
+  rows_of: Callable[[tf.Tensor], tf.Tensor]  # ids -> rows (TF ops)
 
 
 class Member(NamedTuple):
@@ -78,9 +91,11 @@ def quantize(rows, config):
 class _Path:
   """What both paths share: the table, its variables, the quantization."""
 
-  def __init__(self, table, variables: TableVariables):
+  def __init__(self, table, variables: TableVariables,
+               remap: Optional[Remap] = None):
     self.table = table
     self.variables = variables
+    self.remap = remap
 
   def _quantized(self, rows):
     config = self.table.quantization_config
@@ -92,13 +107,18 @@ class OpsTable(_Path):
 
   def lookup(self, members: Sequence[Member]) -> Tuple[OpsBatch, List[Any]]:
     checks = []
+    vocabulary = (self.table.vocabulary_size if self.remap is None else
+                  self.remap.vocabulary_size)
     for m in members:
       checks += list(m.lookup.checks)
-      if m.feature.validate_weights_and_indices:
-        checks += validation.id_range(m.path, m.lookup.ids,
-                                      self.table.vocabulary_size)
+      # A stacked table's ids are always checked: beyond its vocabulary
+      # they would be other tables' rows.
+      if m.feature.validate_weights_and_indices or self.remap is not None:
+        checks += validation.id_range(m.path, m.lookup.ids, vocabulary)
     with tf.control_dependencies(checks):  # no gather before the checks
       all_ids = tf.identity(concat([m.lookup.ids for m in members]))
+    if self.remap is not None:
+      all_ids = self.remap.rows_of(all_ids)
     unique_ids, idx = tf.unique(all_ids, out_idx=tf.int64)
     rows = gather_rows(self.variables["parameters"], unique_ids)
     return OpsBatch([m.index for m in members], unique_ids,
@@ -127,7 +147,8 @@ class FusedTable(_Path):
     with tf.control_dependencies(checks):
       unique_ids, positions, rows = kernel_ops.dedup_gather(
           self.table, self.variables["parameters"],
-          [m.lookup.ids for m in members], [m.path for m in members])
+          [m.lookup.ids for m in members], [m.path for m in members],
+          self.remap)
     # The kernel checks the ids' range: every update waits for it too.
     return FusedBatch([m.index for m in members], unique_ids, positions,
                       _split(rows, members)), checks + [unique_ids]
@@ -159,10 +180,10 @@ def checked(table_name: str, grads, raising: bool):
 
 
 def training_path(table, variables: TableVariables, partitioned: bool,
-                  options) -> _Path:
+                  options, remap: Optional[Remap] = None) -> _Path:
   """The path of `table`'s training steps: the fused kernels where they
   can take its variables, else TensorFlow's ops."""
   if not partitioned and kernel_ops.usable(variables, table.optimizer,
                                            options):
-    return FusedTable(table, variables)
-  return OpsTable(table, variables)
+    return FusedTable(table, variables, remap)
+  return OpsTable(table, variables, remap)

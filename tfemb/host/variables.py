@@ -96,14 +96,19 @@ class TableStore:
     # A view's columns, by the name TensorFlow gives the variable.
     column = {table.name: 0}
     column.update({f"{table.name}/{n}": k + 1 for k, n in enumerate(names)})
+    # A CustomOptimizer's 1-D slots (`slot_dims`): one value per row.
+    dims = getattr(table.optimizer, "slot_dims", ()) or ()
+    shapes = {f"{table.name}/{n}": (table.vocabulary_size,)
+              for n, d in zip(names, dims) if d == 1}
 
     def plain(name, dtype, initializer, trainable, blocks):
+      shape = shapes.get(name, table_shape)
       variable = tf.Variable(
           name=name,
           initial_value=(
-              initialization.uninitialized(table_shape, dtype) if blocks
-              else functools.partial(initializer, table_shape, dtype=dtype)),
-          shape=table_shape,
+              initialization.uninitialized(shape, dtype) if blocks
+              else functools.partial(initializer, shape, dtype=dtype)),
+          shape=shape,
           dtype=dtype,
           trainable=trainable)
       if blocks:
@@ -130,22 +135,22 @@ class TableStore:
     def getter(name, shape, dtype, initializer, trainable):
       del shape  # The tracking code may clear it; use the table's.
       blocks = None
-      if not self.partitioned:
+      if not self.partitioned and name not in shapes:
         blocks = initialization.block_rows(initializer, table_shape, dtype)
       try:
         make = plain if storage is None else view
         return make(name, dtype, initializer, trainable, blocks)
       except ValueError as e:  # a restored value of another shape
         raise ValueError(
-            f"Table {table.name!r} ({name}): expected shape {table_shape} "
-            f"(vocabulary_size, dim); the checkpoint being restored holds "
-            f"another: {e}") from None
+            f"Table {table.name!r} ({name}): expected shape "
+            f"{shapes.get(name, table_shape)} (vocabulary_size, dim); the "
+            f"checkpoint being restored holds another: {e}") from None
 
     def create(name, initializer, trainable=True):
       return owner._add_variable_with_custom_getter(  # pylint: disable=protected-access
           name=name,
           initializer=initializer,
-          shape=table_shape,
+          shape=shapes.get(name, table_shape),
           dtype=tf.float32,
           getter=getter,
           trainable=trainable)

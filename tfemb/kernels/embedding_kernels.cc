@@ -238,6 +238,22 @@ class DedupGatherOp : public OpKernel {
     if (row_width_ == 0) row_width_ = dim_;
     OP_REQUIRES(ctx, row_width_ >= dim_,
                 absl::InvalidArgumentError("row_width below dim"));
+    std::vector<int64_t> stacked;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("stacked", &stacked));
+    OP_REQUIRES(ctx, stacked.empty() || (stacked.size() == 5 &&
+                                         stacked[1] > 0 && stacked[2] > 0),
+                absl::InvalidArgumentError(
+                    "stacked: [rows, sparse cores, rows per sparse core, "
+                    "row offset, rotation]"));
+    if (!stacked.empty()) {
+      rows_ = stacked[0];
+      cores_ = stacked[1];
+      rows_per_core_ = stacked[2];
+      row_offset_ = stacked[3];
+      rotation_ = stacked[4];
+    } else {
+      rows_ = vocabulary_size_;
+    }
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -273,7 +289,7 @@ class DedupGatherOp : public OpKernel {
       const Tensor& ids = ctx->input(f + 1);
       const int64_t* v = ids.flat<int64_t>().data();
       for (int64_t i = 0; i < ids.NumElements(); ++i) {
-        pos[k++] = dedup.Insert(v[i]);
+        pos[k++] = dedup.Insert(Row(v[i]));
       }
     }
     const auto& unique = dedup.unique();
@@ -333,17 +349,30 @@ class DedupGatherOp : public OpKernel {
  private:
   absl::Status CheckTable(const Tensor& table) const {
     if (table.dtype() != ::tensorflow::DT_FLOAT || table.dims() != 2 ||
-        table.dim_size(0) != vocabulary_size_ ||
-        table.dim_size(1) != row_width_) {
+        table.dim_size(0) != rows_ || table.dim_size(1) != row_width_) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Table '", table_name_, "': expected a float32 variable of shape [",
-          vocabulary_size_, ", ", row_width_, "], got ",
-          table.shape().DebugString()));
+          rows_, ", ", row_width_, "], got ", table.shape().DebugString()));
     }
     return absl::OkStatus();
   }
 
+  // The variable's row of an id: the id itself, or in a table stacked as
+  // on a SparseCore (tfemb/sparsecore/layout.py) the row of its sparse
+  // core's block: ((id mod cores + rotation) mod cores) * rows per core
+  // + row offset + id / cores.
+  int64_t Row(int64_t id) const {
+    if (cores_ == 0) return id;
+    return ((id % cores_ + rotation_) % cores_) * rows_per_core_ +
+           row_offset_ + id / cores_;
+  }
+
   int64_t vocabulary_size_;
+  int64_t rows_;  // of the variable
+  int64_t cores_ = 0;  // 0: not stacked
+  int64_t rows_per_core_ = 0;
+  int64_t row_offset_ = 0;
+  int64_t rotation_ = 0;
   int64_t dim_;
   int64_t row_width_;  // of the variable: dim, or more with slots beside
   std::vector<std::string> feature_names_;
@@ -882,6 +911,10 @@ REGISTER_OP("TfembDedupGather")
     .Attr("feature_names: list(string)")
     .Attr("table_name: string")
     .Attr("row_width: int = 0")  // the variable's; 0: dim (parameters only)
+    // [rows, sparse cores, rows per sparse core, row offset, rotation] of a
+    // stacked table (ids < vocabulary_size, rows of a [rows, ...] variable);
+    // empty: the variable's rows are the ids.
+    .Attr("stacked: list(int) = []")
     .SetIsStateful()
     .SetShapeFn(DedupGatherShape);
 

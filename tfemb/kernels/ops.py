@@ -157,17 +157,23 @@ def rejoin_columns(storage) -> None:
 
 
 def dedup_gather(table, variable, ids: Sequence[tf.Tensor],
-                 feature_names: Sequence[str]):
+                 feature_names: Sequence[str], remap=None):
   """(unique_ids [u], positions [n], rows [n, dim]) for the table's ids.
 
   `variable`: the table's parameters, a plain variable or a column view of
-  an interleaved table (whose storage the kernel reads).
+  an interleaved table (whose storage the kernel reads). `remap`: for a
+  table stacked in a bigger variable (`tfemb.host.tables.Remap`), ids are
+  checked against its own vocabulary and `unique_ids` are the variable's
+  rows.
   """
+  vocabulary_size, stacked = table.vocabulary_size, []
+  if remap is not None:
+    vocabulary_size, stacked = remap.vocabulary_size, list(remap.kernel_attr)
   return _library().tfemb_dedup_gather(
       table=_handle(variable), ids=[tf.cast(i, tf.int64) for i in ids],
-      vocabulary_size=table.vocabulary_size, dim=table.dim,
+      vocabulary_size=vocabulary_size, dim=table.dim,
       feature_names=list(feature_names), table_name=table.name,
-      row_width=_row_width(variable))
+      row_width=_row_width(variable), stacked=stacked)
 
 
 def row_gradients(table, grads, positions, unique_ids, raise_non_finite):

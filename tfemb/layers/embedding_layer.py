@@ -73,7 +73,7 @@ def normalize_optimizer(optimizer):
           f"Unknown optimizer name {optimizer!r}. Please use one of 'sgd', "
           "'adagrad', 'adam', or 'ftrl'.")
     return getattr(optimizers, _OPTIMIZERS_BY_NAME[optimizer.lower()])()
-  if optimizers.is_optimizer(optimizer):
+  if optimizers.is_optimizer(optimizer) or optimizers.is_custom(optimizer):
     return optimizer
   module = type(optimizer).__module__
   if module.startswith(("keras.", "tf_keras.")):

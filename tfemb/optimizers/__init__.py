@@ -9,7 +9,8 @@ The update (`tfemb.update_rules.apply`), the fused kernels (whose C++ rule
 table is generated from the declarations), the TPU proto
 (`tfemb.tpu.config_proto`) and the Keras layer's config all read it.
 `identify(optimizer)` finds the declaration of a tfemb or a TensorFlow
-optimizer object.
+optimizer object. TensorFlow's `CustomOptimizer` (the SparseCore's per-row
+computation; `is_custom`) has no declaration: only `TPUEmbeddingV2` runs it.
 """
 
 import functools
@@ -25,6 +26,7 @@ from tfemb.optimizers.parameters import LearningRate
 from tfemb.optimizers.parameters import _Optimizer
 from tfemb.optimizers.declarations import DECLARATIONS
 from tfemb.optimizers.declarations import Declaration
+from tfemb.sparsecore_configs import CustomOptimizer
 
 # What `from tfemb.optimizers import *` (and so `tfemb`) exports: every
 # declared optimizer's class.
@@ -62,3 +64,8 @@ def identify(optimizer: Any) -> Declaration:
 def is_optimizer(optimizer: Any) -> bool:
   """Whether `identify(optimizer)` knows it."""
   return any(cls in _by_class() for cls in type(optimizer).__mro__)
+
+
+def is_custom(optimizer: Any) -> bool:
+  """Whether `optimizer` is TensorFlow's `CustomOptimizer` (or a subclass)."""
+  return isinstance(optimizer, CustomOptimizer)

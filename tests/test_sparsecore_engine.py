@@ -1,0 +1,422 @@
+"""`tfemb.TPUEmbeddingV2` on the host: the SparseCore's numbers
+(docs/sparsecore.md) against the numpy reference.
+
+Three tables, stacked as TensorFlow stacks them (two of width 4 and one of
+width 3, all padded to 8 columns): a dense and a ragged multi-hot feature
+share table "a" (mean), a weighted sparse feature looks up "b" (sum), a
+dense feature "c" (sqrtn). Ids repeat within and across features. Gradient
+and weight clipping are set and must be ignored (the SparseCore does not get
+them).
+"""
+
+import logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import helpers
+import reference
+import tfemb
+from tfemb.sparsecore import layout
+
+BATCH, STEPS = 4, 3
+VOCAB = {"a": 20, "b": 12, "c": 9}
+DIM = {"a": 4, "b": 4, "c": 3}
+CLIPPED = dict(clipvalue=0.01, clip_weight_min=-0.05, clip_weight_max=0.05)
+
+OPTIMIZERS = {
+    "sgd": ("SGD", dict(learning_rate=0.3)),
+    "adagrad": ("Adagrad", dict(learning_rate=0.2,
+                                initial_accumulator_value=0.3)),
+    "adagrad_momentum": ("AdagradMomentum", dict(
+        learning_rate=0.1, momentum=0.7, use_nesterov=True, exponent=3.0,
+        beta2=0.9, epsilon=1e-4)),
+    "adam": ("Adam", dict(learning_rate=0.05, beta_1=0.8, beta_2=0.9,
+                          epsilon=1e-3, sum_inside_sqrt=False)),
+    "ftrl": ("FTRL", dict(learning_rate=0.2, l1_regularization_strength=0.01,
+                          l2_regularization_strength=0.02, beta=0.3)),
+}
+KIND = {"SGD": "sgd", "Adagrad": "adagrad", "AdagradMomentum":
+        "adagrad_momentum", "Adam": "adam", "FTRL": "ftrl"}
+
+
+def _init(name):
+  rng = np.random.default_rng(sum(map(ord, name)))
+  return rng.normal(size=(VOCAB[name], DIM[name])).astype(np.float32)
+
+
+def make(optimizer):
+  tables = {n: tfemb.TableConfig(
+      VOCAB[n], DIM[n], name=n, combiner=c,
+      initializer=tf.constant_initializer(_init(n)))
+            for n, c in (("a", "mean"), ("b", "sum"), ("c", "sqrtn"))}
+  features = {
+      "x": tfemb.FeatureConfig(tables["a"], output_shape=[BATCH]),
+      "y": tfemb.FeatureConfig(tables["a"], output_shape=[BATCH]),
+      "z": tfemb.FeatureConfig(tables["b"], output_shape=[BATCH]),
+      "w": tfemb.FeatureConfig(tables["c"], output_shape=[BATCH]),
+  }
+  return tfemb.TPUEmbeddingV2(features, optimizer), features
+
+
+def batches(seed):
+  rng = np.random.default_rng(seed)
+  out = []
+  for _ in range(STEPS):
+    y = helpers.random_rows(rng, BATCH, VOCAB["a"], 3, min_len=1)
+    z = helpers.random_rows(rng, BATCH, VOCAB["b"], 4, min_len=1)
+    out.append(dict(
+        x=[[i] for i in rng.integers(0, VOCAB["a"], BATCH)], y=y, z=z,
+        z_w=helpers.random_weights(rng, z),
+        w=[[i] for i in rng.integers(0, VOCAB["c"], BATCH)],
+        coef={k: rng.normal(size=(BATCH, DIM[t])) for k, t in
+              (("x", "a"), ("y", "a"), ("z", "b"), ("w", "c"))}))
+  return out
+
+
+def inputs(b):
+  features = {"x": tf.constant([r[0] for r in b["x"]], tf.int64),
+              "y": helpers.ragged(b["y"]), "z": helpers.sparse(b["z"]),
+              "w": tf.constant([r[0] for r in b["w"]], tf.int32)}
+  weights = {"x": None, "y": None,
+             "z": helpers.sparse(b["z"], b["z_w"], tf.float32), "w": None}
+  return features, weights
+
+
+def expected_tables(kind, params, data):
+  tables = {n: reference.Table(_init(n), kind, params) for n in VOCAB}
+  lr = params["learning_rate"]
+  for b in data:
+    pairs = {"a": [], "b": [], "c": []}
+    pairs["a"] += reference.contributions(b["x"], "mean", b["coef"]["x"])
+    pairs["a"] += reference.contributions(b["y"], "mean", b["coef"]["y"])
+    pairs["b"] += reference.contributions(b["z"], "sum", b["coef"]["z"],
+                                          b["z_w"])
+    pairs["c"] += reference.contributions(b["w"], "sqrtn", b["coef"]["w"])
+    for name, table in tables.items():
+      table.apply(reference.row_gradients(pairs[name]), lr)
+  return tables
+
+
+def unstacked(embedding):
+  variables = {name: {k: v.numpy() for k, v in slots.items()}
+               for name, slots in embedding.variables.items()}
+  stacking = embedding._stacking  # pylint: disable=protected-access
+  out = {}
+  for slot in next(iter(variables.values())):
+    arrays = layout.to_unstacked(
+        stacking, {n: v[slot] for n, v in variables.items()})
+    for name, value in arrays.items():
+      out.setdefault(name, {})[slot] = value
+  return out
+
+
+def train(embedding, data, in_function):
+  def one_step(features, weights, coef):
+    activations, preserved = embedding(features, weights)
+    embedding.apply_gradients(coef, preserved)
+    return activations
+
+  run = tf.function(one_step) if in_function else one_step
+  for b in data:
+    features, weights = inputs(b)
+    run(features, weights, {k: tf.constant(v, tf.float32)
+                            for k, v in b["coef"].items()})
+
+
+@pytest.mark.parametrize("in_function", [False, True], ids=["eager", "fn"])
+@pytest.mark.parametrize("name", list(OPTIMIZERS))
+def test_steps_match_the_reference_without_clipping(name, in_function,
+                                                    engine_path, caplog):
+  cls, kwargs = OPTIMIZERS[name]
+  with caplog.at_level(logging.WARNING):
+    embedding, _ = make(getattr(tfemb, cls)(**kwargs, **CLIPPED))
+  warned = [r.getMessage() for r in caplog.records
+            if "no effect on a SparseCore" in r.getMessage()]
+  assert sorted(m.split("'")[1] for m in warned) == ["a", "b", "c"]
+  assert all("clipvalue and clip_weight_min and clip_weight_max" in m
+             for m in warned)
+  data = batches(7)
+  train(embedding, data, in_function)
+  want = expected_tables(KIND[cls], dict(kwargs), data)
+  got = unstacked(embedding)
+  for table, ref in want.items():
+    np.testing.assert_allclose(got[table]["parameters"], ref.w, rtol=2e-5,
+                               atol=2e-6, err_msg=table)
+    for slot, value in ref.slots.items():
+      np.testing.assert_allclose(got[table][slot], value, rtol=2e-5,
+                                 atol=2e-6, err_msg=f"{table}/{slot}")
+
+
+def test_tables_are_stacked_as_tensorflow_stacks_them():
+  embedding, _ = make(tfemb.Adagrad(0.1))
+  tables = embedding.embedding_tables
+  (name,) = tables
+  # One partition of 4 SparseCores: each table's rows padded to a multiple
+  # of 8 x 4, the width to a multiple of 8.
+  assert name == "a_b_c" and tables[name].shape == (3 * 32, 8)
+  assert set(embedding.variables[name]) == {"parameters", "accumulators"}
+  assert sorted(embedding.embedding_layouts) == ["a", "b", "c"]
+  # Activations are the table's width; the padding columns never show.
+  b = batches(3)[0]
+  activations, _ = embedding(*inputs(b))
+  assert activations["w"].shape == (BATCH, 3)
+  np.testing.assert_allclose(
+      activations["w"].numpy(),
+      reference.combine(_init("c"), b["w"], "sqrtn"), rtol=1e-6)
+
+
+def test_weight_decay_is_refused_as_tensorflow_refuses_it():
+  with pytest.raises(NotImplementedError, match="found in table c setting"):
+    make(tfemb.SGD(0.1, weight_decay_factor=0.1))
+
+
+def test_output_shapes_must_be_fully_defined():
+  table = tfemb.TableConfig(10, 4, name="t")
+  with pytest.raises(ValueError, match="'f'.*output_shape"):
+    tfemb.TPUEmbeddingV2({"f": tfemb.FeatureConfig(table)}, tfemb.SGD(0.1))
+
+
+def test_a_bad_id_raises_naming_the_feature_and_writes_nothing():
+  embedding, _ = make(tfemb.Adagrad(0.1))
+  features, weights = inputs(batches(5)[0])
+  before = {k: v.numpy() for k, v in embedding.variables["a_b_c"].items()}
+  features["w"] = tf.constant([0, 1, 9, 2], tf.int32)  # c has 9 rows
+  with pytest.raises(tf.errors.InvalidArgumentError, match="Feature .*w.* ids must be in \\[0, 9\\)"):
+    activations, preserved = embedding(features, weights)
+    embedding.apply_gradients(
+        tf.nest.map_structure(tf.ones_like, activations), preserved)
+  for k, v in embedding.variables["a_b_c"].items():
+    np.testing.assert_array_equal(v.numpy(), before[k], err_msg=k)
+
+
+_STRATEGIES = {}
+
+
+def _mirrored(n):
+  """One strategy per size, with collective keys of its own (strategies of
+  different sizes in one process must not share them; see test_mirrored)."""
+  if n not in _STRATEGIES:
+    tf.distribute.MirroredStrategy._collective_key_base = 100_000 + 1000 * n  # pylint: disable=protected-access
+    _STRATEGIES[n] = tf.distribute.MirroredStrategy(
+        [f"/cpu:{i}" for i in range(n)])
+  return _STRATEGIES[n]
+
+
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_replicas_train_on_the_global_batch_sum(replicas):
+  """MirroredStrategy over logical CPUs: every replica's copy equals one
+  replica trained on the whole global batch (here every replica looks up
+  the same batch, so the global gradient is `replicas` times one's)."""
+  data = batches(11)
+  single, _ = make(tfemb.Adagrad(0.2))
+  strategy = _mirrored(replicas)
+  with strategy.scope():
+    mirrored, _ = make(tfemb.Adagrad(0.2))
+    mirrored.build()
+
+  @tf.function
+  def step(features, weights, coef):
+    def replica_fn():
+      _, preserved = mirrored(features, weights)
+      mirrored.apply_gradients(coef, preserved)
+    strategy.run(replica_fn)
+
+  for b in data:
+    features, weights = inputs(b)
+    coef = {k: tf.constant(v, tf.float32) for k, v in b["coef"].items()}
+    step(features, weights, coef)
+    _, preserved = single(features, weights)
+    single.apply_gradients({k: v * replicas for k, v in coef.items()},
+                           preserved)
+  want = unstacked(single)
+  stacking = mirrored._stacking  # pylint: disable=protected-access
+  for key, variable in mirrored.variables["a_b_c"].items():
+    assert len(variable.values) == replicas
+    for copy in variable.values:
+      got = layout.to_unstacked(stacking, {"a_b_c": copy.numpy()})
+      for table, value in got.items():
+        np.testing.assert_allclose(value, want[table][key], rtol=1e-5,
+                                   atol=1e-6, err_msg=f"{table}/{key}")
+
+
+def test_under_a_tpu_strategy_it_is_tensorflows_class(monkeypatch):
+  from tpu_stand_in import StandInTPUStrategy, use_strategy  # pylint: disable=g-import-not-at-top
+  received = []
+  monkeypatch.setattr(tf.tpu.experimental.embedding, "TPUEmbeddingV2",
+                      lambda *args: received.append(args) or "tensorflow's")
+  use_strategy(monkeypatch, StandInTPUStrategy())
+  table = tfemb.TableConfig(10, 4, name="t")
+  result = tfemb.TPUEmbeddingV2(
+      {"f": tfemb.FeatureConfig(table, output_shape=[2])}, tfemb.SGD(0.1))
+  assert result == "tensorflow's"
+  (feature_config, optimizer, pipelining, sc_config), = received
+  assert isinstance(feature_config["f"],
+                    tf.tpu.experimental.embedding.FeatureConfig)
+  assert isinstance(optimizer, tf.tpu.experimental.embedding.SGD)
+  assert pipelining is False and sc_config is None
+
+
+# --- CustomOptimizer ---------------------------------------------------------
+
+
+def _sgd_like(gradient, embedding_table, slot_variables, learning_rate,
+              hyperparameters):
+  del slot_variables, hyperparameters
+  return embedding_table - learning_rate * gradient
+
+
+def _adagrad_like(gradient, embedding_table, slot_variables, learning_rate,
+                  hyperparameters):
+  (scale,) = hyperparameters
+  accumulator = slot_variables[0] + gradient * gradient
+  return (embedding_table - scale * learning_rate * gradient /
+          tf.sqrt(accumulator), accumulator)
+
+
+def _row_norm_slot(gradient, embedding_table, slot_variables, learning_rate,
+                   hyperparameters):
+  del hyperparameters
+  seen = slot_variables[0] + tf.reduce_sum(gradient * gradient, axis=1)
+  return (embedding_table - learning_rate * gradient / tf.sqrt(seen)[:, None],
+          seen)
+
+
+def _one_table(optimizer, vocab=10, dim=4):
+  init = np.arange(vocab * dim, dtype=np.float32).reshape(vocab, dim) / 10
+  table = tfemb.TableConfig(vocab, dim, name="t",
+                            initializer=tf.constant_initializer(init))
+  embedding = tfemb.TPUEmbeddingV2(
+      {"f": tfemb.FeatureConfig(table, output_shape=[3])}, optimizer)
+  return embedding, init
+
+
+def _custom_steps(embedding, ids_per_step, coef):
+  for ids in ids_per_step:
+    activations, preserved = embedding({"f": tf.constant(ids)})
+    embedding.apply_gradients({"f": tf.constant(coef, tf.float32)}, preserved)
+
+
+def _summed(ids, coef, dim=4):
+  grads = {}
+  for i, c in zip(ids, coef):
+    grads[i] = grads.get(i, np.zeros(dim)) + np.asarray(c)
+  return grads
+
+
+def test_a_custom_sgd_matches_numpy_with_a_dynamic_learning_rate():
+  lr = tf.Variable(0.5)
+  embedding, w = _one_table(tfemb.CustomOptimizer(_sgd_like,
+                                                  learning_rate=lambda: lr))
+  coef = np.array([[1, 2, 3, 4], [1, 1, 1, 1], [0.5, 0, 0, -1]], np.float32)
+  w = w.astype(np.float64)
+  for step, ids in enumerate([[1, 4, 1], [4, 4, 0]]):
+    lr.assign(0.5 / (step + 1))
+    _custom_steps(embedding, [ids], coef)
+    for i, g in _summed(ids, coef).items():
+      w[i] -= (0.5 / (step + 1)) * g
+  np.testing.assert_allclose(unstacked(embedding)["t"]["parameters"], w,
+                             rtol=1e-6)
+
+
+def test_a_custom_adagrad_with_hyperparameters_matches_numpy():
+  scale = tf.Variable(2.0)
+  embedding, w = _one_table(tfemb.CustomOptimizer(
+      _adagrad_like, learning_rate=0.1, slot_names=["acc"],
+      slot_initializers=[tf.constant_initializer(0.5)],
+      hyperparameters=[lambda: scale]))
+  coef = np.array([[1, 2, 3, 4], [1, 1, 1, 1], [0.5, 0, 0, -1]], np.float32)
+  w, acc = w.astype(np.float64), np.full((10, 4), 0.5)
+  for step, ids in enumerate([[1, 4, 1], [4, 4, 0]]):
+    scale.assign(2.0 + step)
+    _custom_steps(embedding, [ids], coef)
+    for i, g in _summed(ids, coef).items():
+      acc[i] += g * g
+      w[i] -= (2.0 + step) * 0.1 * g / np.sqrt(acc[i])
+  got = unstacked(embedding)["t"]
+  np.testing.assert_allclose(got["parameters"], w, rtol=1e-5)
+  np.testing.assert_allclose(got["acc"], acc, rtol=1e-6)
+
+
+def test_a_custom_optimizer_with_a_one_dimensional_slot():
+  embedding, w = _one_table(tfemb.CustomOptimizer(
+      _row_norm_slot, learning_rate=0.1, slot_names=["seen"],
+      slot_initializers=[tf.constant_initializer(1.0)], slot_dims=[1]))
+  assert embedding.variables["t"]["seen"].shape.rank == 1
+  coef = np.array([[1, 2, 3, 4], [1, 1, 1, 1], [0.5, 0, 0, -1]], np.float32)
+  w = w.astype(np.float64)
+  rows = embedding.variables["t"]["seen"].shape[0]
+  seen = np.ones(rows)
+  stacking = embedding._stacking  # pylint: disable=protected-access
+  ids = [1, 4, 1]
+  _custom_steps(embedding, [ids], coef)
+  for i, g in _summed(ids, coef).items():
+    r = int(layout.stacked_rows_numpy(stacking, "t", np.array([i]))[0])
+    seen[r] += (g * g).sum()
+    w[i] -= 0.1 * g / np.sqrt(seen[r])
+  np.testing.assert_allclose(embedding.variables["t"]["seen"].numpy(), seen,
+                             rtol=1e-6)
+  np.testing.assert_allclose(unstacked_parameters(embedding), w, rtol=1e-6)
+
+
+def unstacked_parameters(embedding):
+  stacking = embedding._stacking  # pylint: disable=protected-access
+  return layout.to_unstacked(
+      stacking, {"t": embedding.variables["t"]["parameters"].numpy()})["t"]
+
+
+def test_a_custom_computation_of_the_wrong_shape_is_refused_naming_the_table():
+  bad = lambda g, w, s, lr, h: w[:, :2]  # pylint: disable=g-long-lambda
+  embedding, _ = _one_table(tfemb.CustomOptimizer(bad, learning_rate=0.1))
+  before = embedding.variables["t"]["parameters"].numpy()
+  with pytest.raises(ValueError, match="Table 't'.*custom_computation"):
+    _custom_steps(embedding, [[1, 2, 3]], np.ones((3, 4), np.float32))
+  np.testing.assert_array_equal(embedding.variables["t"]["parameters"].numpy(),
+                                before)
+
+
+def test_the_v1_engine_refuses_a_custom_optimizer():
+  table = tfemb.TableConfig(10, 4, name="t")
+  with pytest.raises(ValueError, match="'t'.*TPUEmbeddingV2"):
+    tfemb.TPUEmbedding({"f": tfemb.FeatureConfig(table)},
+                       tfemb.CustomOptimizer(_sgd_like))
+
+
+# --- checkpoints ---------------------------------------------------------------
+
+
+def _trained(seed=3):
+  embedding, features = make(tfemb.Adagrad(0.2))
+  train(embedding, batches(seed), in_function=False)
+  return embedding, features
+
+
+def test_tensorflows_serving_class_restores_a_host_checkpoint(tmp_path):
+  """The checkpoint holds the stacked tables and TensorFlow's layouts key:
+  TensorFlow's own TPUEmbeddingForServing reads each table back, unpadded."""
+  embedding, features = _trained()
+  path = tf.train.Checkpoint(embedding=embedding).save(str(tmp_path / "v2"))
+  keys = [k for k, _ in tf.train.list_variables(path)]
+  assert any("_sparse_core_table_layouts" in k for k in keys)
+  serving = tf.tpu.experimental.embedding.TPUEmbeddingForServing(
+      tfemb.to_tensorflow(features), None)
+  tf.train.Checkpoint(embedding=serving).restore(path)
+  serving.build()
+  want = unstacked(embedding)
+  got = {t.name: v.numpy() for t, v in serving.embedding_tables.items()}
+  assert sorted(got) == ["a", "b", "c"]
+  for name, value in got.items():
+    np.testing.assert_array_equal(value, want[name]["parameters"])
+
+
+def test_a_host_checkpoint_restores_into_a_new_object(tmp_path):
+  embedding, _ = _trained()
+  path = tf.train.Checkpoint(embedding=embedding).save(str(tmp_path / "v2"))
+  again, _ = make(tfemb.Adagrad(0.2))
+  status = tf.train.Checkpoint(embedding=again).restore(path)
+  again.build()  # the tables are restored as they are created
+  status.assert_consumed()
+  for key, variable in again.variables["a_b_c"].items():
+    np.testing.assert_array_equal(
+        variable.numpy(), embedding.variables["a_b_c"][key].numpy(), key)

@@ -1,0 +1,114 @@
+"""The SparseCore's own numbers on the host: what `TPUEmbeddingV2` sends.
+
+* `host_optimizer`: TF 2.21's `TPUEmbeddingV2.apply_gradients` passes
+  neither the gradient clipping (`clipvalue`) nor the weight clipping
+  (`clip_weight_min` / `clip_weight_max`) to the SparseCore ops, so the host
+  trains with a copy of the optimizer without them (and says so once per
+  table);
+* `check_weight_decay`: TF's constructor refuses weight decay;
+* `CustomTable`: a `CustomOptimizer`'s `custom_computation` on the touched
+  rows of a table and its slots (TensorFlow's ops).
+"""
+
+import copy
+from typing import Any, List
+
+from absl import logging
+import tensorflow as tf
+
+from tfemb import optimizers
+from tfemb.host import tables as table_paths
+from tfemb.host.variables import gather_rows
+
+
+def is_custom_combiner(combiner) -> bool:
+  return isinstance(combiner, tf.tpu.experimental.embedding.CustomCombiner)
+
+
+def check_weight_decay(tables: List[Any]) -> None:
+  """TensorFlow's `TPUEmbeddingV2.__init__`: no weight decay yet."""
+  for table in tables:
+    opt = table.optimizer
+    if opt is None or optimizers.is_custom(opt):
+      continue
+    if (opt.weight_decay_factor is not None or
+        opt.multiply_weight_decay_factor_by_learning_rate is not None):
+      raise NotImplementedError(
+          "weight_decay_factor and"
+          " multiply_weight_decay_factor_by_learning_rate are not supported"
+          f" yet. But found in table {table.name} setting.")
+
+
+def host_optimizer(table) -> Any:
+  """The table's optimizer as the SparseCore applies it: without gradient
+  or weight clipping (a copy; the user's object is unchanged)."""
+  opt = table.optimizer
+  if opt is None or optimizers.is_custom(opt):
+    return opt
+  ignored = [name for name, value in (
+      ("clipvalue", (opt.clip_gradient_min, opt.clip_gradient_max)),
+      ("clip_weight_min", opt.clip_weight_min),
+      ("clip_weight_max", opt.clip_weight_max)) if value not in (None, (None,
+                                                                      None))]
+  if not ignored:
+    return opt
+  logging.warning(
+      "Table %r: %s has no effect on a SparseCore (TensorFlow's "
+      "TPUEmbeddingV2 does not pass it to the SparseCore's update); the "
+      "host ignores it too.", table.name, " and ".join(ignored))
+  opt = copy.copy(opt)
+  opt.clip_gradient_min = opt.clip_gradient_max = None
+  opt.clip_weight_min = opt.clip_weight_max = None
+  return opt
+
+
+def _value(x):
+  return tf.cast(x() if callable(x) else x, tf.float32)
+
+
+class CustomTable(table_paths.OpsTable):
+  """A table trained by a `CustomOptimizer`: its `custom_computation(
+  gradient, embedding_table, slot_variables, learning_rate,
+  hyperparameters)` on the rows the step touched, each slot's rows beside
+  them (a 1-D slot: one value per row), the learning rate and the
+  hyperparameters read at every step (callables are called)."""
+
+  def update(self, batch, ids, grads, global_batch: bool):
+    opt = self.table.optimizer
+    names = opt._slot_names()  # pylint: disable=protected-access
+    rows = (batch.rows if not global_batch else
+            gather_rows(self.variables["parameters"], ids))
+    slots = [gather_rows(self.variables[n], ids) for n in names]
+    result = opt.custom_computation(
+        grads, rows, slots, _value(opt.learning_rate),
+        [_value(h) for h in opt.hyperparameters])
+    result = list(result) if isinstance(result, (list, tuple)) else [result]
+    expected = [rows] + slots
+    if len(result) != len(expected):
+      raise ValueError(
+          f"Table {self.table.name!r}: custom_computation returned "
+          f"{len(result)} tensor(s); expected {len(expected)} (the table's "
+          f"rows, then the slots {names}).")
+    checked = []
+    for what, got, want in zip(["the table"] + names, result, expected):
+      got = tf.convert_to_tensor(got)
+      if got.dtype != want.dtype or not got.shape.is_compatible_with(
+          want.shape):
+        raise ValueError(
+            f"Table {self.table.name!r}: custom_computation returned "
+            f"{got.dtype.name} {got.shape} for {what}; expected "
+            f"{want.dtype.name} {want.shape}.")
+      checked.append(got)
+    for name, value in zip(names, checked[1:]):
+      self.variables[name].scatter_update(tf.IndexedSlices(value, ids))
+    self.variables["parameters"].scatter_update(
+        tf.IndexedSlices(checked[0], ids))
+
+
+def training_path(table, variables, partitioned: bool, options, remap):
+  """A `CustomTable` for a CustomOptimizer, else the host's usual path."""
+  if optimizers.is_custom(table.optimizer):
+    return CustomTable(table, variables, remap)
+  return table_paths.training_path(table, variables, partitioned, options,
+                                   remap)
+

@@ -1,0 +1,333 @@
+"""`tfemb.TPUEmbeddingV2`: the SparseCore generation's API on the host.
+
+TPUs with SparseCores (v5p, v6e) use `tf.tpu.experimental.embedding.
+TPUEmbeddingV2`. Under a `TPUStrategy` this class returns TensorFlow's own;
+anywhere else it runs the same protocol on the host engine's parts, with
+the numbers TensorFlow 2.21 sends to the SparseCore (docs/sparsecore.md):
+
+* tables stacked as TensorFlow stacks them (`tfemb.sparsecore.layout`,
+  TensorFlow's own stacker): one variable per stacked table, keyed by its
+  name, of TensorFlow's padded shape, each id of a table at the row the
+  SparseCore keeps it in; the layouts are saved with a checkpoint as
+  TensorFlow saves them;
+* the rules of docs/numerics.md on the global batch's summed gradient of
+  the touched rows, without gradient or weight clipping
+  (`tfemb.sparsecore.custom`), and `CustomOptimizer`s;
+* `(activations, preserved) = embedding(features, weights)`, then
+  `embedding.apply_gradients(gradients, preserved)`.
+"""
+
+import copy
+import functools
+from typing import Any, Dict, Optional
+
+import tensorflow as tf
+from tensorflow.python.tpu import tpu_embedding_v3_utils  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.trackable import autotrackable
+from tensorflow.python.trackable import data_structures
+from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
+
+from tfemb import options as options_lib
+from tfemb import resolution
+from tfemb.host import feeding
+from tfemb.host import step
+from tfemb.host import tables as table_paths
+from tfemb.host import variables as variables_lib
+from tfemb.sparsecore import custom
+from tfemb.sparsecore import layout as layout_lib
+from tfemb.tpu import delegate
+
+_no_autograph = tf.autograph.experimental.do_not_convert
+_DEFAULT_SC_PER_CHIP = 4  # TensorFlow's, when the hardware does not say
+
+
+class _StackedInitializer:
+  """The initial value of a stacked table: each table's own initializer,
+  its rows at their stacked rows, padding zero."""
+
+  def __init__(self, stacking, tables):
+    self._stacking = stacking
+    self._tables = tables
+
+  def __call__(self, shape, dtype=tf.float32, **unused_kwargs):
+    value = tf.zeros(shape, dtype)
+    for table in self._tables:
+      rows = layout_lib.stacked_rows(
+          self._stacking, table.name,
+          tf.range(table.vocabulary_size, dtype=tf.int64))
+      block = table.initializer((table.vocabulary_size, table.dim),
+                                dtype=dtype)
+      block = tf.pad(block, [[0, 0], [0, shape[1] - table.dim]])
+      value = tf.tensor_scatter_nd_update(value, rows[:, None], block)
+    return value
+
+
+class Preserved(dict):
+  """What `embedding_lookup` hands to `apply_gradients`: keyed by stacked
+  table name (as TensorFlow's partitioned tensors), each value the distinct
+  stacked rows of the batch, per table of the stack."""
+
+
+class TPUEmbeddingV2(autotrackable.AutoTrackable):
+  """`tf.tpu.experimental.embedding.TPUEmbeddingV2`, computed on the host.
+
+  Args:
+    feature_config: a nested structure of `FeatureConfig`s (tfemb's or
+      TensorFlow's), each with a fully defined per-replica `output_shape`.
+      Never changed.
+    optimizer: the optimizer of tables without their own: tfemb's or
+      TensorFlow's SGD, Adagrad, AdagradMomentum, Adam, FTRL, or a
+      `CustomOptimizer`; None for lookups only.
+    pipeline_execution_with_tensor_core: a TPU scheduling hint; kept, no
+      effect on the host.
+    sparse_core_embedding_config: a `SparseCoreEmbeddingConfig`; its
+      `disable_table_stacking` shapes the stacking.
+
+  The tables are laid out for `strategy.num_replicas_in_sync` chips of 4
+  SparseCores each, as TensorFlow lays them out on such a TPU; TensorFlow's
+  checkpoint adapter reshards them for another number of chips.
+  """
+
+  def __new__(cls, *args, **kwargs):
+    if (args or kwargs) and delegate.is_tpu_strategy(
+        tf.distribute.get_strategy()):
+      return _tpu_engine(*args, **kwargs)
+    return super().__new__(cls)
+
+  def __init__(self,
+               feature_config: Any,
+               optimizer: Optional[Any] = None,
+               pipeline_execution_with_tensor_core: bool = False,
+               sparse_core_embedding_config: Optional[Any] = None):
+    config = resolution.resolve(feature_config, optimizer)
+    for path, feature in zip(config.paths, config.features):
+      if not feature.output_shape or not feature.output_shape.is_fully_defined():
+        raise ValueError(
+            f"Feature {path!r}: TPUEmbeddingV2 needs a fully defined "
+            "per-replica output_shape in its FeatureConfig (e.g. "
+            f"output_shape=[batch_size]); got {feature.output_shape}.")
+      if custom.is_custom_combiner(feature.table.combiner):
+        raise NotImplementedError(
+            f"Table {feature.table.name!r}: a CustomCombiner is not "
+            "computed on the host yet; use 'mean', 'sum' or 'sqrtn'.")
+    custom.check_weight_decay(config.tables)
+    self._strategy = tf.distribute.get_strategy()
+    self._feature_config = feature_config
+    self._pipeline_execution_with_tensor_core = (
+        pipeline_execution_with_tensor_core)
+    self._sparse_core_embedding_config = sparse_core_embedding_config
+    self._options = data_structures.NoDependency(options_lib.get())
+    self._config = data_structures.NoDependency(config)
+    stacking = layout_lib.stack(
+        config.tables, list(zip(config.paths, config.features)),
+        self._strategy.num_replicas_in_sync, _DEFAULT_SC_PER_CHIP,
+        sparse_core_embedding_config)
+    self._stacking = data_structures.NoDependency(stacking)
+    stacked_tables, trained = self._stacked_config(config, stacking)
+    self._stacked = data_structures.NoDependency(trained)
+    self._table_config = stacked_tables  # as TensorFlow's attribute
+    self._output_shapes = [f.output_shape for f in config.features]
+    self._store = data_structures.NoDependency(variables_lib.TableStore(
+        stacked_tables, self._strategy, self._options))
+    self._policy = data_structures.NoDependency(
+        step.NonFinitePolicy(self._strategy))
+    self._built = False
+
+  @staticmethod
+  def _stacked_config(config, stacking):
+    """`(stacked tables, trained)`: one TableConfig per stacked table
+    (padded shape, the SparseCore's optimizer, a stacked initializer), the
+    variables' configs; and the configuration the host engine's parts
+    train, with one table per user table over its stacked table's rows (so
+    each table's lookup and update are kernels of their own, which run side
+    by side), each feature looking its table up by stacked row."""
+    by_name = {t.name: t for t in config.tables}
+    stacked_tables, trained = [], {}
+    for name, stacked in stacking.stacked_tables.items():
+      members = [by_name[n] for n in stacked.table_names]
+      table = copy.copy(members[0])
+      table.name = name
+      table.vocabulary_size, table.dim = stacked.shape
+      table.optimizer = [custom.host_optimizer(m) for m in members][0]
+      table.initializer = _StackedInitializer(stacking, members)
+      stacked_tables.append(table)
+      for member in members:
+        part = copy.copy(table)
+        part.name = member.name
+        part.stacked_table_name = name
+        trained[member.name] = part
+    tables = [trained[t.name] for t in config.tables]
+    features = []
+    for feature in config.features:
+      stacked_feature = copy.copy(feature)
+      stacked_feature.table = trained[feature.table.name]
+      features.append(stacked_feature)
+    return stacked_tables, resolution.Resolved(
+        config.structure, config.paths, features, config.table_index, tables,
+        tables)
+
+  # --- tables ---------------------------------------------------------------
+
+  def build(self):
+    """Creates the stacked tables and their slots."""
+    if self._built:
+      return
+
+    @_no_autograph
+    def create(*unused_strategy):
+      self._variables = self._store.create(self)
+
+    if tf.distribute.has_strategy() and not (
+        tf.distribute.in_cross_replica_context()):
+      tf.distribute.get_replica_context().merge_call(create)
+    else:
+      with tf.init_scope():
+        create()
+    self._track_trackable(
+        tpu_embedding_v3_utils.SparseCoreLayoutsTrackable(tf.constant(
+            self._stacking.layouts_proto().SerializeToString())),
+        tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY)
+    self._train_paths = data_structures.NoDependency([
+        custom.training_path(t, self._variables[t.stacked_table_name],
+                             self._store.partitioned, self._options,
+                             self._remap(user.name, user.vocabulary_size))
+        for t, user in zip(self._stacked.tables, self._config.tables)])
+    self._built = True
+
+  def _remap(self, name: str, vocabulary_size: int) -> table_paths.Remap:
+    """Where table `name`'s ids sit in its stacked variable."""
+    layout = self._stacking.tables[name]
+    stacked = self._stacking.stacked_tables[layout.stacked_table_name]
+    return table_paths.Remap(
+        vocabulary_size,
+        (stacked.shape[0], self._stacking.num_sparse_cores,
+         stacked.rows_per_shard, layout.shard_row_offset, layout.rotation),
+        functools.partial(layout_lib.stacked_rows, self._stacking, name))
+
+  def _maybe_build(self):
+    if not self._built:
+      with tf.init_scope():
+        self.build()
+
+  @property
+  def embedding_tables(self) -> Dict[str, tf.Variable]:
+    """The stacked tables, by stacked table name (TensorFlow's keys)."""
+    self._maybe_build()
+    return {name: v["parameters"] for name, v in self._variables.items()}
+
+  @property
+  def variables(self) -> Dict[str, Dict[str, tf.Variable]]:
+    """`{stacked table name: {"parameters": .., slot: ..}}`."""
+    self._maybe_build()
+    return {name: dict(v) for name, v in self._variables.items()}
+
+  @property
+  def embedding_layouts(self) -> Dict[str, Any]:
+    """Per table, its `SparseCoreTableLayout` (TensorFlow's)."""
+    return self._stacking.embedding_layouts()
+
+  def _lookup_dependency(self, name, cached_dependencies=None):
+    found = super()._lookup_dependency(name, cached_dependencies)
+    if (found is None and not name.startswith("_") and
+        name != tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY):
+      self._store.check_checkpoint_child(name)
+    return found
+
+  # --- the protocol ---------------------------------------------------------
+
+  @_no_autograph
+  def __call__(self, features: Any, weights: Optional[Any] = None):
+    """`embedding_lookup`: `(activations, preserved_outputs)`."""
+    return self.embedding_lookup(features, weights)
+
+  @_no_autograph
+  def embedding_lookup(self, features: Any, weights: Optional[Any] = None):
+    """Looks a training batch up: `(activations, preserved_outputs)`, the
+    activations shaped `output_shape + [dim]`; pass `preserved_outputs` to
+    `apply_gradients` with the activations' gradients."""
+    return self.dequeue(self.enqueue(features, weights))
+
+  @_no_autograph
+  def enqueue(self, features: Any, weights: Optional[Any] = None,
+              device: Optional[str] = None) -> Preserved:
+    """Checks and deduplicates a batch; returns what `dequeue` takes."""
+    del device  # one host: every replica's batch is looked up where it runs
+    self._maybe_build()
+    config = self._config
+    feature_ids, flat, flat_weights = feeding.flat_inputs(
+        config, features, weights, False)
+    lookups = feeding.lookups(config, feature_ids, flat, flat_weights, False,
+                              self._output_shapes)
+    batch = step.gather(self._stacked, self._train_paths, feature_ids,
+                        lookups)
+    preserved = Preserved()
+    for t, (_, table_batch) in batch.tables.items():
+      preserved.setdefault(self._stacked.tables[t].stacked_table_name,
+                           []).append(table_batch.unique_ids)
+    preserved.batch = batch
+    return preserved
+
+  @_no_autograph
+  def dequeue(self, partitioned_tensors: Preserved):
+    """`(activations, preserved_outputs)` of an enqueued batch."""
+    if not isinstance(partitioned_tensors, Preserved):
+      raise ValueError("Expect the output of enqueue but get "
+                       f"{type(partitioned_tensors)}.")
+    batch = partitioned_tensors.batch
+    n = len(self._config.features)
+    flat = step.activations(self._stacked, batch, list(range(n)),
+                            self._output_shapes)
+    flat = [a if a.shape[-1] == f.table.dim else a[..., :f.table.dim]
+            for a, f in zip(flat, self._config.features)]
+    preserved = Preserved(partitioned_tensors)
+    preserved.batch = batch
+    preserved.applied = []
+    return nest.pack_sequence_as(self._config.structure, flat), preserved
+
+  @_no_autograph
+  def apply_gradients(self, gradients: Any, preserved_outputs: Preserved):
+    """Updates the rows the batch of `preserved_outputs` touched. A None
+    gradient is a zero gradient (the rows are still touched)."""
+    if not self._built:
+      raise RuntimeError(
+          "apply_gradients called on unbuilt TPUEmbeddingV2 object. Please"
+          " either call the embedding lookup method first or manually call the"
+          " build method.")
+    if not isinstance(preserved_outputs, Preserved) or not hasattr(
+        preserved_outputs, "applied"):
+      raise ValueError("preserved_outputs must be the second output of the "
+                       "embedding lookup (or dequeue) of this batch.")
+    if preserved_outputs.applied:
+      raise RuntimeError("apply_gradients was already called for this batch.")
+    flat = step.check_gradients(self._config, self._output_shapes, gradients)
+    padded = []
+    for grad, feature, stacked in zip(flat, self._config.features,
+                                      self._stacked.features):
+      extra = stacked.table.dim - feature.table.dim
+      padded.append(grad if grad is None or not extra else tf.pad(
+          grad, [[0, 0]] * (grad.shape.rank - 1) + [[0, extra]]))
+    preserved_outputs.applied.append(True)
+    step.apply(self._stacked, preserved_outputs.batch, padded, self._policy)
+
+  # --- the SparseCore's limits ------------------------------------------------
+
+  @property
+  def non_finite_gradients(self) -> str:
+    """"raise" (default) or "skip": see `tfemb.TPUEmbedding`'s."""
+    return self._policy.mode
+
+  @non_finite_gradients.setter
+  def non_finite_gradients(self, policy: str):
+    self._policy.mode = policy
+
+
+def _tpu_engine(feature_config, optimizer=None,
+                pipeline_execution_with_tensor_core=False,
+                sparse_core_embedding_config=None):
+  """TensorFlow's own `TPUEmbeddingV2`, from converted configs."""
+  from tfemb import tf_conversion  # pylint: disable=g-import-not-at-top
+  feature_config, optimizer = tf_conversion.to_tensorflow(
+      (feature_config, optimizer))
+  return tf.tpu.experimental.embedding.TPUEmbeddingV2(
+      feature_config, optimizer, pipeline_execution_with_tensor_core,
+      sparse_core_embedding_config)
