@@ -113,8 +113,11 @@ class TPUEmbedding(tf.keras.layers.Layer):
       the host.
     batch_size: fixes the per-replica batch size (deprecated in tfrs).
     embedding_feature: which TPU embedding hardware to use: None (the
-      TPU's) or `UNSUPPORTED` (`TPUEmbeddingV0`); ignored off TPU.
-    sparse_core_embedding_config: SparseCore settings; ignored off TPU.
+      TPU's) or `UNSUPPORTED` (`TPUEmbeddingV0`). Off the TPU, `V2` trains
+      with the SparseCore's numbers (`tfemb.TPUEmbeddingV2` on the host,
+      docs/sparsecore.md); anything else, with the first generation's.
+    sparse_core_embedding_config: SparseCore settings. Given off the TPU,
+      the layer also follows the SparseCore (as with `embedding_feature=V2`).
     **kwargs: Keras layer arguments (e.g. `name`).
 
   On a TPU the engine needs fully defined per-replica output shapes: with

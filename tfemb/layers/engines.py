@@ -24,6 +24,7 @@ code is the same everywhere. An adapter has:
 | TPU, embedding hardware `V1` | `TPUEngineV1` | `tf.tpu.experimental.embedding.TPUEmbedding` |
 | TPU, SparseCore (`V2`) | `TPUEngineV2` | `TPUEmbeddingV2` |
 | TPU, `UNSUPPORTED` | `TPUEngineV0` | `TPUEmbeddingV0` |
+| off the TPU, asked for V2 | `HostEngineV2` | `tfemb.TPUEmbeddingV2` (the SparseCore's numbers on the host) |
 
 The TPU adapters follow tensorflow-recommenders' layer call for call
 (`_tpu_embedding_lookup`, `build`, `embedding_tables`).
@@ -37,6 +38,7 @@ from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-i
 
 from tfemb import mid_level
 from tfemb import resolution
+from tfemb.sparsecore import engine as sparsecore_engine
 from tfemb import tf_conversion
 from tfemb.tpu import delegate
 
@@ -59,6 +61,11 @@ def make_engine(feature_config, optimizer, table_config_map, strategy,
     sparse_core_embedding_config: for `TPUEmbeddingV2`.
   """
   if not delegate.is_tpu_strategy(strategy):
+    if (embedding_feature == EmbeddingFeature.V2 or
+        sparse_core_embedding_config is not None):
+      return HostEngineV2(feature_config, optimizer, table_config_map,
+                          strategy, pipeline_execution_with_tensor_core,
+                          embedding_feature, sparse_core_embedding_config)
     return HostEngine(feature_config, optimizer, table_config_map,
                       pipeline_execution_with_tensor_core, embedding_feature)
   feature = delegate.resolve_embedding_feature(strategy, embedding_feature)
@@ -68,6 +75,25 @@ def make_engine(feature_config, optimizer, table_config_map, strategy,
   return adapter(feature_config, optimizer, table_config_map, strategy,
                  pipeline_execution_with_tensor_core, feature,
                  sparse_core_embedding_config)
+
+
+def _trapped(feature_config, activations, backward, dummy, training):
+  """`activations`, passed through the gradient trap: the gradient reaching
+  `dummy` calls `backward(activation gradients)`. Without a gradient path
+  in inference and SavedModels."""
+  if training is False or save_context.in_save_context():
+    return activations
+  flat = tf.nest.flatten(activations)
+
+  @tf.custom_gradient
+  def gradient_trap(dummy, *outputs):
+    def grad(*output_grads):
+      backward(tf.nest.pack_sequence_as(feature_config, list(output_grads)))
+      return [tf.zeros_like(dummy)] + [None] * len(outputs)
+    return [tf.identity(x) for x in outputs], grad
+
+  trapped = gradient_trap(tf.convert_to_tensor(dummy), *flat)
+  return tf.nest.pack_sequence_as(feature_config, list(trapped))
 
 
 def _slots_in_order(slots: Dict[str, tf.Variable]) -> List[tf.Variable]:
@@ -98,20 +124,8 @@ class HostEngine:
 
   def lookup(self, features, weights, dummy, training):
     activations, backward = self.engine.forward(features, weights)
-    if training is False or save_context.in_save_context():
-      return activations  # No gradient path in inference and SavedModels.
-    flat = tf.nest.flatten(activations)
-
-    @tf.custom_gradient
-    def gradient_trap(dummy, *outputs):
-      def grad(*output_grads):
-        backward(tf.nest.pack_sequence_as(self._feature_config,
-                                          list(output_grads)))
-        return [tf.zeros_like(dummy)] + [None] * len(outputs)
-      return [tf.identity(x) for x in outputs], grad
-
-    trapped = gradient_trap(tf.convert_to_tensor(dummy), *flat)
-    return tf.nest.pack_sequence_as(self._feature_config, list(trapped))
+    return _trapped(self._feature_config, activations, backward, dummy,
+                    training)
 
   def serving_tables(self):
     return self.engine.embedding_tables
@@ -318,3 +332,32 @@ class TPUEngineV0(_TPUEngine):
   def lookup(self, features, weights, dummy, training):
     del dummy, training
     return self.engine(features, weights)
+
+
+class HostEngineV2(TPUEngineV2):
+  """Off the TPU, the SparseCore's numbers (`tfemb.TPUEmbeddingV2` on the
+  host), when the layer is given a `sparse_core_embedding_config` or
+  `embedding_feature=V2`: trained through the gradient trap as on a
+  SparseCore, tables stacked and keyed as there."""
+
+  def __init__(self, feature_config, optimizer, table_config_map, strategy,
+               pipeline_execution_with_tensor_core, embedding_feature,
+               sparse_core_embedding_config):  # pylint: disable=super-init-not-called
+    del strategy
+    self.embedding_feature = embedding_feature
+    self._feature_config = feature_config
+    self._table_config_map = table_config_map
+    self._check_features(feature_config)
+    self.engine = sparsecore_engine.TPUEmbeddingV2(
+        feature_config, optimizer, pipeline_execution_with_tensor_core,
+        sparse_core_embedding_config)
+    self._learning_rates = []  # the host's update steps them itself
+
+  def lookup(self, features, weights, dummy, training):
+    # Looked up outside the trap (tf.custom_gradient refuses a function
+    # that reads variables), as the first generation's host adapter does.
+    activations, preserved = self.engine(features, weights)
+    return _trapped(
+        self._feature_config, activations,
+        lambda grads: self.engine.apply_gradients(grads, preserved), dummy,
+        training)

@@ -1,0 +1,60 @@
+"""The Keras layer following the SparseCore off the TPU: given a
+`sparse_core_embedding_config` (or `embedding_feature=V2`), `model.fit`
+trains with `tfemb.TPUEmbeddingV2`'s numbers (no gradient clipping, stacked
+tables); without, with the first generation's (clipping applied)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfemb
+import tfemb.layers
+from tfemb.sparsecore import layout
+
+keras = tf.keras
+INIT = np.arange(40, dtype=np.float32).reshape(10, 4) / 10
+IDS = np.array([1, 4, 1], np.int32)
+
+
+def _fit(**layer_kwargs):
+  table = tfemb.TableConfig(10, 4, name="t",
+                            initializer=tf.constant_initializer(INIT))
+  layer = tfemb.layers.TPUEmbedding(
+      {"f": tfemb.FeatureConfig(table, output_shape=[3])},
+      tfemb.SGD(0.5, clipvalue=0.1), **layer_kwargs)
+  inputs = {"f": keras.Input(shape=(), batch_size=3, dtype="int32",
+                             name="f")}
+  outputs = keras.layers.Lambda(
+      lambda a: tf.reduce_sum(a, axis=-1, keepdims=True))(layer(inputs)["f"])
+  model = keras.Model(inputs, outputs)
+  # d loss / d activation = 1 for every element.
+  model.compile(optimizer="sgd", loss=lambda y, p: tf.reduce_sum(p))
+  model.fit({"f": IDS}, np.zeros((3, 1)), batch_size=3, epochs=1, verbose=0)
+  return layer
+
+
+def _expected(clip):
+  w = INIT.astype(np.float64).copy()
+  for i, count in ((1, 2), (4, 1)):  # the summed gradient of each row
+    w[i] -= 0.5 * np.clip(np.full(4, float(count)), -clip, clip)
+  return w
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(sparse_core_embedding_config=tfemb.SparseCoreEmbeddingConfig()),
+    dict(embedding_feature=tf.tpu.experimental.HardwareFeature
+         .EmbeddingFeature.V2),
+], ids=["config", "feature"])
+def test_asked_for_v2_the_layer_trains_as_a_sparsecore(kwargs):
+  layer = _fit(**kwargs)
+  (name, table), = layer.embedding_tables.items()
+  assert name == "t" and table.shape == (32, 8)  # stacked, padded
+  stacking = layer._tpu_embedding._stacking  # pylint: disable=protected-access
+  got = layout.to_unstacked(stacking, {"t": table.numpy()})["t"]
+  np.testing.assert_allclose(got, _expected(clip=np.inf), rtol=1e-6)
+
+
+def test_by_default_the_layer_trains_as_the_first_generation():
+  layer = _fit()
+  (table,) = layer.embedding_tables.values()
+  np.testing.assert_allclose(table.numpy(), _expected(clip=0.1), rtol=1e-6)
