@@ -1,4 +1,4 @@
-"""The numbers issue 6 asks for, from one run's results (no TensorFlow).
+"""The benchmark suite's targets, from one run's results (no TensorFlow).
 
 A run is a dict: {"meta": ..., "bandwidth": {...}, "runs": [row, ...]};
 a row has stack, optimizer, vocab, status, median_ms, peak_rss, ... .
@@ -81,7 +81,7 @@ def traffic_bound(runs, bandwidth, optimizer, vocab) -> Optional[dict]:
   Bytes are the gathered activations, their gradients and the touched rows
   of tables and slots (`Workload.traffic_bytes_per_step`); `rows_ratio` is
   the same against the touched rows alone (the previous, stricter model).
-  The target is judged on sequential copy bandwidth, as issue 6 says; for
+  The target is judged on sequential copy bandwidth, as docs/performance.md says; for
   context, `random_ratio` charges the touched rows at the measured rate of
   random 128-byte row gathers instead (the activations and gradients stay
   at copy bandwidth): the floor this machine sets for random rows.

@@ -5,7 +5,7 @@
     python -m benchmarks.compare --sizes 100k,1M --optimizers adam
     python -m benchmarks.compare --profile        # where a tfemb step's time goes
 
-Workload (issue 6): 8 features, each with its own table of dim 32, batch
+Workload (docs/performance.md): 8 features, each with its own table of dim 32, batch
 4096, Zipf-distributed ids, a Dense(1) head and a mean squared error; SGD,
 Adagrad and Adam. Runs are sequential (never two at once): first the
 machine's copy bandwidth, then per size, optimizer and stack one child
@@ -149,7 +149,7 @@ def run_suite(args, run, save):
 
 
 def run_paired(args, run, save, limits, stacks, failed):
-  """Flatness (issue 6 item 2): each tfemb stack at the smallest and the
+  """Flatness (docs/performance.md, 'Method'): each tfemb stack at the smallest and the
   largest size in one process, alternating (benchmarks/flatness.py)."""
   sizes = sorted(parse_size(s) for s in args.sizes.split(","))
   if args.paired_blocks <= 0 or len(sizes) < 2:

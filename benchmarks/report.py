@@ -35,7 +35,7 @@ def runs_table(run) -> List[str]:
 
 
 def summary_table(run) -> List[str]:
-  """Stacks x optimizers, step time at each size (as in issue 6)."""
+  """Stacks x optimizers, step time at each size (as in docs/performance.md)."""
   runs = run["runs"]
   sizes = sorted({r["vocab"] for r in runs})
   opts = [o for o in ("sgd", "adagrad", "adam")
@@ -116,7 +116,7 @@ def floor_lines(run) -> List[str]:
 
 
 def targets_table(run) -> List[str]:
-  lines = ["| target (issue 6) | measured | met |", "|---|---|---|"]
+  lines = ["| target | measured | met |", "|---|---|---|"]
   for target, measured, met in analysis.targets(run):
     mark = {True: "yes", False: "**no**", None: "not measured"}[met]
     lines.append(f"| {target} | {measured} | {mark} |")

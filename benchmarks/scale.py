@@ -1,4 +1,5 @@
-"""Scale check (issue 6 item 6): a 100M-row table trains, saves, restores.
+"""Scale check (docs/performance.md, 'Big tables'): a 100M-row table
+trains, saves, restores.
 
     python -m benchmarks.scale        # 100M x 16: 12.8 GB of table + slot
     python -m benchmarks.scale --rows 2000000 --compare-rows 200000 --steps 30

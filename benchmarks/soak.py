@@ -1,4 +1,4 @@
-"""Long-run check (issue 7 item 4): RSS and step time stay flat, no retracing.
+"""Long-run check (docs/performance.md, 'Long runs'): RSS and step time stay flat, no retracing.
 
     python -m benchmarks.soak                 # 20,000 steps
     python -m benchmarks.soak --steps 2000 --every 200

@@ -1,4 +1,4 @@
-"""The workload every stack trains (issue 6): numpy only, no TensorFlow.
+"""The workload every stack trains (docs/performance.md): numpy only, no TensorFlow.
 
 8 features, each with its own table of `dim` 32, a batch of 4096 ids per
 feature drawn from a Zipf law over the table's rows, labels for a Dense(1)
@@ -68,7 +68,7 @@ class Workload:
     return out
 
   def traffic_bytes_per_step(self, batches: List[Batch]) -> Dict[str, float]:
-    """Bytes a sparse step must move at the least (issue 6 item 3: bytes
+    """Bytes a sparse step must move at the least (docs/performance.md, 'Method': bytes
     gathered and scattered), by part:
 
     * `rows`: the distinct rows of every table and of each of its slots,

@@ -1,4 +1,4 @@
-"""The benchmark suite's memory-traffic bound (issue 6 item 3): bytes moved
+"""The benchmark suite's memory-traffic bound (docs/performance.md, 'Method'): bytes moved
 per step over the measured bandwidth, and how the report judges it; and the
 children's count of memory on 2 MiB pages."""
 

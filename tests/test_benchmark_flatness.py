@@ -1,4 +1,4 @@
-"""The benchmark suite's flatness (issue 6 item 2): the side-by-side child
+"""The benchmark suite's flatness (docs/performance.md, 'Method'): the side-by-side child
 and how the report judges the target."""
 
 import json

@@ -1,6 +1,6 @@
 """The rows alone in C++ (benchmarks/floor.py): the child, and how the
-report sets its numbers beside the targets memory decides (issue 6 items 2
-and 3)."""
+report sets its numbers beside the targets memory decides
+(docs/performance.md, 'Method')."""
 
 import json
 import os

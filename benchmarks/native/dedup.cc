@@ -6,8 +6,7 @@
 //   /tmp/dedup 5000000 && /tmp/dedup 100000
 //
 //   pairs      int64 ids and int64 positions side by side in the table (16
-//              bytes a slot: 128 KiB for 4096 ids; the kernel until
-//              2026-11-23)
+//              bytes a slot: 128 KiB for 4096 ids; an earlier kernel)
 //   positions  int32 positions only, the ids in the vector of distinct ids
 //              (4 bytes a slot: 32 KiB, the L1 cache's size; the kernel now)
 //
@@ -16,7 +15,7 @@
 // scattered over the table), cycling through 8 batches as the suite does;
 // "+ rows" then copies every id's row of a [vocab, 32] float32 table on
 // 2 MiB pages into the activations in the order of the ids, 12 ids ahead
-// prefetched (the kernel until 2026-11-24); "+ distinct rows" copies each
+// prefetched (an earlier kernel); "+ distinct rows" copies each
 // distinct row once into a compact buffer, 12 distinct rows ahead
 // prefetched, then every id's row from that buffer (the kernel now: in the
 // order of the ids, repeats of popular ids take half the prefetch distance).

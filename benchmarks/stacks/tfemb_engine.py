@@ -4,7 +4,7 @@ per-batch tensors made once, so that no arithmetic outside the embedding
 engine is counted.
 
 This is the lookup + update time that the suite compares with the
-memory-traffic bound (issue 6 item 3); it is not a full training step and
+memory-traffic bound (docs/performance.md, 'Method'); it is not a full training step and
 is not compared with the peers. One call runs the workload's
 `STEPS_PER_CALL` distinct batches one after another in one `tf.function`
 (the child divides the time by it), so that Python's cost of calling a

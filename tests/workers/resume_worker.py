@@ -1,4 +1,4 @@
-"""A training process that may be killed and restarted (issue 7).
+"""A training process that may be killed and restarted.
 
 `python resume_worker.py OUT.npz MODE WORKDIR` trains a small model with the
 tfemb layer for 3 epochs of 4 steps and saves its final tables and slots in
