@@ -420,3 +420,78 @@ def test_a_host_checkpoint_restores_into_a_new_object(tmp_path):
   for key, variable in again.variables["a_b_c"].items():
     np.testing.assert_array_equal(
         variable.numpy(), embedding.variables["a_b_c"][key].numpy(), key)
+
+
+# --- CustomCombiner ----------------------------------------------------------
+
+
+def _sum_combiner(valency, vectors):
+  mask = tf.range(vectors.shape[0]) < valency
+  return tf.reduce_sum(tf.where(mask[:, None], vectors,
+                                tf.zeros_like(vectors)), axis=0)
+
+
+def _weighted_combiner(valency, vectors, weights):
+  mask = tf.cast(tf.range(vectors.shape[0]) < valency, tf.float32)
+  return tf.reduce_sum((mask * weights)[:, None] * vectors, axis=0)
+
+
+def _combiner_table(combiner):
+  init = np.arange(40, dtype=np.float32).reshape(10, 4) / 10
+  table = tfemb.TableConfig(10, 4, name="t", combiner=combiner,
+                            initializer=tf.constant_initializer(init))
+  return tfemb.TPUEmbeddingV2(
+      {"f": tfemb.FeatureConfig(table, output_shape=[2])},
+      tfemb.SGD(0.5)), init
+
+
+def test_a_custom_sum_combiner_is_the_sum_combiner():
+  """Forward and after two steps; ids beyond max_valency are not looked up
+  (and so not touched)."""
+  custom, _ = _combiner_table(tfemb.CustomCombiner(_sum_combiner, 3))
+  plain, _ = _combiner_table("sum")
+  ids = tf.ragged.constant([[1, 2, 1, 5], [3]], dtype=tf.int64)
+  kept = tf.ragged.constant([[1, 2, 1], [3]], dtype=tf.int64)
+  coef = tf.constant([[1.0, -2.0, 0.5, 0.0], [0.3, 0.3, 0.3, 0.3]])
+  for _ in range(2):
+    got, preserved = custom({"f": ids})
+    want, plain_preserved = plain({"f": kept})
+    np.testing.assert_allclose(got["f"].numpy(), want["f"].numpy(),
+                               rtol=1e-6)
+    custom.apply_gradients({"f": coef}, preserved)
+    plain.apply_gradients({"f": coef}, plain_preserved)
+  np.testing.assert_allclose(custom.embedding_tables["t"].numpy(),
+                             plain.embedding_tables["t"].numpy(), rtol=1e-6)
+
+
+def test_a_weighted_custom_combiner_trains_its_weights_by_sgd():
+  combiner = tfemb.CustomCombiner(
+      _weighted_combiner, max_valency=2, num_weights=2,
+      initializer=tf.constant_initializer([1.0, 0.5]),
+      combiner_weights_learning_rate=0.1)
+  embedding, init = _combiner_table(combiner)
+  rows = [[1, 4, 7], [4]]  # id 7 is beyond max_valency
+  coef = np.array([[1.0, -2.0, 0.5, 0.0], [0.3, 0.3, 0.3, 0.3]])
+  w, cw = init.astype(np.float64).copy(), np.array([1.0, 0.5])
+  stacking = embedding._stacking  # pylint: disable=protected-access
+  for _ in range(2):
+    activations, preserved = embedding(
+        {"f": tf.ragged.constant(rows, dtype=tf.int64)})
+    want = np.array([sum(cw[p] * w[i] for p, i in enumerate(r[:2]))
+                     for r in rows])
+    np.testing.assert_allclose(activations["f"].numpy(), want, rtol=1e-5)
+    embedding.apply_gradients({"f": tf.constant(coef, tf.float32)}, preserved)
+    row_grads, weight_grads = {}, np.zeros(2)
+    for b, r in enumerate(rows):
+      for p, i in enumerate(r[:2]):
+        row_grads[i] = row_grads.get(i, 0.0) + cw[p] * coef[b]
+        weight_grads[p] += coef[b] @ w[i]
+    for i, g in row_grads.items():
+      w[i] -= 0.5 * g
+    cw -= 0.1 * weight_grads
+  got = layout.to_unstacked(
+      stacking, {"t": embedding.embedding_tables["t"].numpy()})["t"]
+  np.testing.assert_allclose(got, w, rtol=1e-5)
+  np.testing.assert_allclose(
+      embedding._combiner_weights(  # pylint: disable=protected-access
+          embedding._config.tables[0]).numpy(), cw, rtol=1e-5)  # pylint: disable=protected-access

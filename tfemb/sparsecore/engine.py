@@ -33,6 +33,7 @@ from tfemb.host import feeding
 from tfemb.host import step
 from tfemb.host import tables as table_paths
 from tfemb.host import variables as variables_lib
+from tfemb.sparsecore import combiner as combiner_lib
 from tfemb.sparsecore import custom
 from tfemb.sparsecore import layout as layout_lib
 from tfemb.tpu import delegate
@@ -106,10 +107,6 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
             f"Feature {path!r}: TPUEmbeddingV2 needs a fully defined "
             "per-replica output_shape in its FeatureConfig (e.g. "
             f"output_shape=[batch_size]); got {feature.output_shape}.")
-      if custom.is_custom_combiner(feature.table.combiner):
-        raise NotImplementedError(
-            f"Table {feature.table.name!r}: a CustomCombiner is not "
-            "computed on the host yet; use 'mean', 'sum' or 'sqrtn'.")
     custom.check_weight_decay(config.tables)
     self._strategy = tf.distribute.get_strategy()
     self._feature_config = feature_config
@@ -129,6 +126,9 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     self._output_shapes = [f.output_shape for f in config.features]
     self._store = data_structures.NoDependency(variables_lib.TableStore(
         stacked_tables, self._strategy, self._options))
+    self._custom = [i for i, f in enumerate(config.features)
+                    if combiner_lib.is_custom(f.table.combiner)]
+    self._combiner_vars = data_structures.NoDependency({})
     self._policy = data_structures.NoDependency(
         step.NonFinitePolicy(self._strategy))
     self._built = False
@@ -176,6 +176,15 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     @_no_autograph
     def create(*unused_strategy):
       self._variables = self._store.create(self)
+      with self._strategy.scope():
+        for table in self._config.tables:
+          combiner = table.combiner
+          if combiner_lib.is_custom(combiner) and combiner.num_weights > 0:
+            initializer = combiner._slot_initializers()[0]  # pylint: disable=protected-access
+            name = f"{table.name}/{combiner_lib.SLOT}"
+            self._combiner_vars[table.name] = self._track_trackable(
+                tf.Variable(initializer((combiner.num_weights,), tf.float32),
+                            name=name), name)
 
     if tf.distribute.has_strategy() and not (
         tf.distribute.in_cross_replica_context()):
@@ -193,6 +202,12 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
                              self._remap(user.name, user.vocabulary_size))
         for t, user in zip(self._stacked.tables, self._config.tables)])
     self._built = True
+
+  def _combiner_weights(self, table) -> Optional[tf.Variable]:
+    """A CustomCombiner's weights (`<table>/custom_combiner_variables`)."""
+    if table.combiner.num_weights == 0:
+      return None
+    return self._combiner_vars[table.name]
 
   def _remap(self, name: str, vocabulary_size: int) -> table_paths.Remap:
     """Where table `name`'s ids sit in its stacked variable."""
@@ -229,7 +244,8 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
   def _lookup_dependency(self, name, cached_dependencies=None):
     found = super()._lookup_dependency(name, cached_dependencies)
     if (found is None and not name.startswith("_") and
-        name != tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY):
+        name != tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY and
+        not name.endswith("/" + combiner_lib.SLOT)):
       self._store.check_checkpoint_child(name)
     return found
 
@@ -256,11 +272,20 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     config = self._config
     feature_ids, flat, flat_weights = feeding.flat_inputs(
         config, features, weights, False)
-    lookups = feeding.lookups(config, feature_ids, flat, flat_weights, False,
-                              self._output_shapes)
+    regular = [i for i in feature_ids if i not in self._custom]
+    by_feature = dict(zip(regular, feeding.lookups(
+        config, regular, [flat[i] for i in regular],
+        [flat_weights[i] for i in regular], False, self._output_shapes)))
+    kept = {}
+    for i in self._custom:  # the ids their combiner sees
+      by_feature[i], kept[i] = combiner_lib.lookup(
+          config.paths[i], flat[i], flat_weights[i], config.features[i],
+          self._output_shapes[i].num_elements())
+    lookups = [by_feature[i] for i in feature_ids]
     batch = step.gather(self._stacked, self._train_paths, feature_ids,
                         lookups)
     preserved = Preserved()
+    preserved.kept = kept
     for t, (_, table_batch) in batch.tables.items():
       preserved.setdefault(self._stacked.tables[t].stacked_table_name,
                            []).append(table_batch.unique_ids)
@@ -275,12 +300,22 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
                        f"{type(partitioned_tensors)}.")
     batch = partitioned_tensors.batch
     n = len(self._config.features)
-    flat = step.activations(self._stacked, batch, list(range(n)),
-                            self._output_shapes)
+    static = [tf.TensorShape(None) if i in self._custom else shape
+              for i, shape in enumerate(self._output_shapes)]
+    flat = step.activations(self._stacked, batch, list(range(n)), static)
     flat = [a if a.shape[-1] == f.table.dim else a[..., :f.table.dim]
             for a, f in zip(flat, self._config.features)]
+    rows = {}
+    for i in self._custom:  # the kept ids' rows, combined per example
+      rows[i] = flat[i]
+      table = self._config.features[i].table
+      flat[i] = tf.reshape(
+          combiner_lib.combine(table.combiner, partitioned_tensors.kept[i],
+                               rows[i], self._combiner_weights(table)),
+          self._output_shapes[i].concatenate([table.dim]))
     preserved = Preserved(partitioned_tensors)
-    preserved.batch = batch
+    preserved.batch, preserved.kept = batch, partitioned_tensors.kept
+    preserved.rows = rows
     preserved.applied = []
     return nest.pack_sequence_as(self._config.structure, flat), preserved
 
@@ -300,6 +335,17 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     if preserved_outputs.applied:
       raise RuntimeError("apply_gradients was already called for this batch.")
     flat = step.check_gradients(self._config, self._output_shapes, gradients)
+    combiner_updates = []
+    for i in self._custom:  # to the kept rows and the combiner's weights
+      table = self._config.features[i].table
+      grad = flat[i]
+      if grad is None:
+        grad = tf.zeros(self._output_shapes[i].concatenate([table.dim]))
+      flat[i], weight_grad = combiner_lib.backward(
+          table.combiner, preserved_outputs.kept[i], preserved_outputs.rows[i],
+          self._combiner_weights(table), tf.reshape(grad, [-1, table.dim]))
+      if weight_grad is not None:
+        combiner_updates.append((table, weight_grad))
     padded = []
     for grad, feature, stacked in zip(flat, self._config.features,
                                       self._stacked.features):
@@ -308,6 +354,14 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
           grad, [[0, 0]] * (grad.shape.rank - 1) + [[0, extra]]))
     preserved_outputs.applied.append(True)
     step.apply(self._stacked, preserved_outputs.batch, padded, self._policy)
+    context = tf.distribute.get_replica_context()
+    with tf.control_dependencies(preserved_outputs.batch.checks):
+      for table, weight_grad in combiner_updates:
+        if context is not None and context.num_replicas_in_sync > 1:
+          weight_grad = context.all_reduce("sum", weight_grad)
+        weights = self._combiner_weights(table)
+        weights.assign_sub(combiner_lib.learning_rate(table.combiner) *
+                           weight_grad)
 
   # --- the SparseCore's limits ------------------------------------------------
 

@@ -1,0 +1,110 @@
+"""`CustomCombiner` on the host: the user's combiner per example.
+
+For a feature whose table has a `CustomCombiner`, each example keeps its
+first `max_valency` ids in input order (the rest are not looked up, so not
+touched); their rows form `vectors` of `[max_valency, dim]` (zero beyond the
+example's valency), and the activation is `combiner_computation(valency,
+vectors[, weights])`, vectorized over the batch (`tf.vectorized_map`). The
+gradient flows back through the computation to each kept id's row and,
+with `num_weights > 0`, to the combiner's weights, which SGD trains at
+`combiner_weights_learning_rate` (the slot `custom_combiner_variables`).
+"""
+
+from typing import Any, NamedTuple, Optional
+
+import tensorflow as tf
+
+from tfemb import inputs
+
+SLOT = "custom_combiner_variables"
+
+
+def is_custom(combiner) -> bool:
+  return isinstance(combiner, tf.tpu.experimental.embedding.CustomCombiner)
+
+
+class Kept(NamedTuple):
+  """Which ids of a batch a custom combiner sees."""
+  example: tf.Tensor  # int64 [n]: each kept id's example
+  position: tf.Tensor  # int64 [n]: its place among the example's ids
+  valency: tf.Tensor  # int32 [batch]: min(ids of the example, max_valency)
+  batch: int
+
+
+def _rows_and_positions(x):
+  """Each id's example and its place in the example (input order), the
+  examples' id counts, and the ids. Dense ids: one example per row."""
+  if not isinstance(x, (tf.SparseTensor, tf.RaggedTensor)):
+    x = tf.convert_to_tensor(x)
+    x = tf.RaggedTensor.from_tensor(x[:, None] if x.shape.rank == 1 else x)
+  if isinstance(x, tf.SparseTensor):
+    example, rows = x.indices[:, 0], tf.cast(x.dense_shape[0], tf.int64)
+  else:
+    example = tf.cast(x.value_rowids(), tf.int64)
+    rows = tf.cast(x.nrows(), tf.int64)
+  counts = tf.math.bincount(example, minlength=rows, dtype=tf.int64)
+  starts = tf.cumsum(counts, exclusive=True)
+  position = tf.range(tf.size(example, out_type=tf.int64)) - tf.gather(
+      starts, example)
+  return example, position, counts, x.values
+
+
+def lookup(path, x, w, feature, batch: int):
+  """`(Lookup, Kept)`: the kept ids as a lookup of one activation row each
+  (the rows themselves), and where they sit."""
+  if w is not None:
+    raise ValueError(
+        f"Feature {path!r}: per-id weights are not taken by a "
+        "CustomCombiner (its weights are the combiner's own).")
+  x = inputs.as_input(x)
+  if not x.dtype.is_integer:
+    raise inputs.DtypeError(f"Feature {path!r}: ids must be an integer "
+                            f"tensor, got dtype {x.dtype.name}.")
+  example, position, counts, ids = _rows_and_positions(x)
+  combiner = feature.table.combiner
+  keep = position < combiner.max_valency
+  example, position = example[keep], position[keep]
+  ids = tf.cast(ids[keep], tf.int64)
+  n = tf.size(ids, out_type=tf.int64)
+  valency = tf.cast(tf.minimum(counts, combiner.max_valency), tf.int32)
+  as_lookup = inputs.Lookup(ids, tf.range(n), None, n, tf.reshape(n, [1]),
+                            tf.TensorShape([None]))
+  return as_lookup, Kept(example, position, valency, batch)
+
+
+def _vectors(kept: Kept, rows, max_valency, dim):
+  index = tf.stack([kept.example, kept.position], axis=1)
+  return tf.scatter_nd(index, rows, [kept.batch, max_valency, dim])
+
+
+def combine(combiner, kept: Kept, rows, weights: Optional[Any]):
+  """The activations `[batch, dim]` of the kept ids' `rows` `[n, dim]`."""
+  vectors = _vectors(kept, rows, combiner.max_valency, rows.shape[-1])
+  fn = combiner.combiner_computation
+  if combiner.num_weights > 0:
+    w = tf.convert_to_tensor(weights)
+    return tf.vectorized_map(lambda a: fn(a[0], a[1], w),
+                             (kept.valency, vectors))
+  return tf.vectorized_map(lambda a: fn(a[0], a[1]), (kept.valency, vectors))
+
+
+def backward(combiner, kept: Kept, rows, weights, grad):
+  """`(row gradients [n, dim], weight gradient or None)` of the activations'
+  gradient `grad` `[batch, dim]`."""
+  watched = [rows] + ([weights] if combiner.num_weights > 0 else [])
+  with tf.GradientTape() as tape:
+    for t in watched:
+      tape.watch(t)
+    value = weights.read_value() if combiner.num_weights > 0 else None
+    activations = combine(combiner, kept, rows, value)
+  grads = tape.gradient(activations, watched, output_gradients=grad)
+  row_grads = tf.zeros_like(rows) if grads[0] is None else grads[0]
+  if combiner.num_weights > 0:
+    return row_grads, (tf.zeros_like(value) if grads[1] is None else
+                       tf.convert_to_tensor(grads[1]))
+  return row_grads, None
+
+
+def learning_rate(combiner):
+  lr = combiner.combiner_weights_learning_rate
+  return tf.cast(lr() if callable(lr) else lr, tf.float32)
