@@ -118,23 +118,24 @@ def resolve(feature_config: Any,
       user_tables=user_tables)
 
 
+def _learning_rates(tables: List[Any], keep: Callable[[Any], bool]):
+  """The learning rates of `tables`' optimizers that `keep` accepts, once
+  each, in table order."""
+  rates: List[Any] = []
+  for table in tables:
+    rate = getattr(table.optimizer, "learning_rate", None)
+    if keep(rate) and not any(rate is r for r in rates):
+      rates.append(rate)
+  return rates
+
+
 def dynamic_learning_rates(tables: List[Any]) -> List[Callable[[], Any]]:
   """The callable learning rates of `tables`' optimizers, once each, in
   table order (TensorFlow numbers its dynamic learning rates so)."""
-  rates: List[Callable[[], Any]] = []
-  for table in tables:
-    rate = getattr(table.optimizer, "learning_rate", None)
-    if callable(rate) and not any(rate is r for r in rates):
-      rates.append(rate)
-  return rates
+  return _learning_rates(tables, callable)
 
 
 def counting_learning_rates(tables: List[Any]) -> List[Any]:
   """The learning rates of `tables` that count training steps themselves
   (`advance()` after each update: Keras-translated schedules), once each."""
-  rates: List[Any] = []
-  for table in tables:
-    rate = getattr(table.optimizer, "learning_rate", None)
-    if hasattr(rate, "advance") and not any(rate is r for r in rates):
-      rates.append(rate)
-  return rates
+  return _learning_rates(tables, lambda rate: hasattr(rate, "advance"))

@@ -103,8 +103,3 @@ def backward(combiner, kept: Kept, rows, weights, grad):
     return row_grads, (tf.zeros_like(value) if grads[1] is None else
                        tf.convert_to_tensor(grads[1]))
   return row_grads, None
-
-
-def learning_rate(combiner):
-  lr = combiner.combiner_weights_learning_rate
-  return tf.cast(lr() if callable(lr) else lr, tf.float32)

@@ -21,10 +21,6 @@ from tfemb.host import tables as table_paths
 from tfemb.host.variables import gather_rows
 
 
-def is_custom_combiner(combiner) -> bool:
-  return isinstance(combiner, tf.tpu.experimental.embedding.CustomCombiner)
-
-
 def check_weight_decay(tables: List[Any]) -> None:
   """TensorFlow's `TPUEmbeddingV2.__init__`: no weight decay yet."""
   for table in tables:
@@ -62,7 +58,8 @@ def host_optimizer(table) -> Any:
   return opt
 
 
-def _value(x):
+def value_now(x) -> tf.Tensor:
+  """A float32 parameter's value for this step (a callable is called)."""
   return tf.cast(x() if callable(x) else x, tf.float32)
 
 
@@ -80,8 +77,8 @@ class CustomTable(table_paths.OpsTable):
             gather_rows(self.variables["parameters"], ids))
     slots = [gather_rows(self.variables[n], ids) for n in names]
     result = opt.custom_computation(
-        grads, rows, slots, _value(opt.learning_rate),
-        [_value(h) for h in opt.hyperparameters])
+        grads, rows, slots, value_now(opt.learning_rate),
+        [value_now(h) for h in opt.hyperparameters])
     result = list(result) if isinstance(result, (list, tuple)) else [result]
     expected = [rows] + slots
     if len(result) != len(expected):

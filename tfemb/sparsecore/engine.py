@@ -360,8 +360,9 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
         if context is not None and context.num_replicas_in_sync > 1:
           weight_grad = context.all_reduce("sum", weight_grad)
         weights = self._combiner_weights(table)
-        weights.assign_sub(combiner_lib.learning_rate(table.combiner) *
-                           weight_grad)
+        weights.assign_sub(
+            custom.value_now(table.combiner.combiner_weights_learning_rate) *
+            weight_grad)
 
   # --- the SparseCore's limits ------------------------------------------------
 
