@@ -33,6 +33,7 @@ from tfemb.host import feeding
 from tfemb.host import step
 from tfemb.host import tables as table_paths
 from tfemb.host import variables as variables_lib
+from tfemb.sparsecore import checkpoints
 from tfemb.sparsecore import combiner as combiner_lib
 from tfemb.sparsecore import custom
 from tfemb.sparsecore import layout as layout_lib
@@ -131,6 +132,7 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     self._combiner_vars = data_structures.NoDependency({})
     self._policy = data_structures.NoDependency(
         step.NonFinitePolicy(self._strategy))
+    self._adapter = data_structures.NoDependency(None)
     self._built = False
 
   @staticmethod
@@ -241,12 +243,31 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     """Per table, its `SparseCoreTableLayout` (TensorFlow's)."""
     return self._stacking.embedding_layouts()
 
+  def _checkpoint_adapter(self, path):
+    """Rearranges a checkpoint of unstacked tables or of another layout
+    into the stacked variables as they are created
+    (`tfemb.sparsecore.checkpoints`)."""
+    slots = {t.name: t.optimizer._slot_names() if t.optimizer else []  # pylint: disable=protected-access
+             for t in self._table_config}
+    adapter = checkpoints.Adapter(path, self._stacking, slots)
+    self._adapter = adapter if adapter.needed else None
+    if self._adapter is not None and self._built:
+      raise ValueError(
+          f"The checkpoint {path!r} holds the tables unstacked or stacked "
+          "for another SparseCore layout; this TPUEmbeddingV2 can rearrange "
+          "them only as it creates its tables: restore it before the first "
+          "lookup or build().")
+    return self._adapter
+
   def _lookup_dependency(self, name, cached_dependencies=None):
     found = super()._lookup_dependency(name, cached_dependencies)
     if (found is None and not name.startswith("_") and
         name != tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY and
         not name.endswith("/" + combiner_lib.SLOT)):
-      self._store.check_checkpoint_child(name)
+      if self._adapter is not None:
+        self._adapter.check_child(name)
+      else:
+        self._store.check_checkpoint_child(name)
     return found
 
   # --- the protocol ---------------------------------------------------------

@@ -242,17 +242,24 @@ def _row_parameters(stacking: Stacking, table_name: str):
           table.shard_row_offset)
 
 
-def stacked_rows(stacking: Stacking, table_name: str, ids: Any) -> tf.Tensor:
-  """The rows of `ids` of `table_name` in its stacked variable (TF ops).
-
-  Rows of the unsharded variable as TensorFlow saves it in a checkpoint:
-  `((ids mod N + rotation) mod N) * T + shard_row_offset + ids div N`, in the
-  dtype of `ids` (TensorFlow's SparseCore takes int32 ids).
-  """
-  n, rotation, per_shard, offset = _row_parameters(stacking, table_name)
+def layout_rows(layout: _Layout, ids: Any) -> tf.Tensor:
+  """The rows of `ids` in the stacked variable, from the table's layout
+  proto alone (as a checkpoint's `_sparse_core_table_layouts` holds it):
+  `((ids mod N + rotation) mod N) * T + shard_row_offset + ids div N`, in
+  the dtype of `ids` (TensorFlow's SparseCore takes int32 ids)."""
+  n = layout.num_sparse_cores
   ids = tf.convert_to_tensor(ids)
-  shard = tf.math.floormod(tf.math.floormod(ids, n) + rotation, n)
-  return shard * per_shard + offset + tf.math.floordiv(ids, n)
+  shard = tf.math.floormod(
+      tf.math.floormod(ids, n) + layout.sparse_core_shard_rotation, n)
+  return (shard * layout.total_rows_per_sparse_core_shard +
+          layout.sparse_core_shard_row_offset + tf.math.floordiv(ids, n))
+
+
+def stacked_rows(stacking: Stacking, table_name: str, ids: Any) -> tf.Tensor:
+  """The rows of `ids` of `table_name` in its stacked variable (TF ops):
+  `layout_rows` of its layout, the rows of the unsharded variable as
+  TensorFlow saves it in a checkpoint."""
+  return layout_rows(stacking.tables[table_name].layout, ids)
 
 
 def stacked_rows_numpy(stacking: Stacking, table_name: str,

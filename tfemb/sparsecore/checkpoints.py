@@ -1,0 +1,242 @@
+"""Restoring checkpoints of other layouts into the host `TPUEmbeddingV2`.
+
+The host's stacked variables restore, slots included, from:
+
+* a checkpoint of unstacked tables, `<table>` and `<table>/<slot>` as
+  tfemb's `TPUEmbedding`, TensorFlow's `TPUEmbedding` on the CPU and
+  `TPUEmbeddingForServing` write them;
+* a checkpoint of stacked tables laid out for another SparseCore count (a
+  TPU with another number of chips, the host under another strategy): the
+  layouts it was saved with are in its `_sparse_core_table_layouts`.
+
+Each stacked variable (and each of its slots) is assembled from the
+checkpoint's tables as the SparseCore lays them out (`tfemb.sparsecore.
+layout`), as TensorFlow's `TpuEmbeddingV3CheckpointAdapter` does on a TPU.
+TensorFlow's adapter is not used here: it defers a slot under its
+parameters' name (so the slots do not restore) and names the tables of a
+stack by replacing substrings of checkpoint keys.
+
+As with TensorFlow's adapter, the values are rearranged only while the
+variables are created: restore such a checkpoint before the first lookup or
+`build()`. A restore into built variables of another layout is refused.
+"""
+
+from typing import Dict, List, Optional, Sequence
+
+import tensorflow as tf
+from tensorflow.core.tpu.kernels import sparse_core_layout_pb2
+from tensorflow.python.checkpoint import checkpoint_adapter
+from tensorflow.python.tpu import tpu_embedding_v3_utils
+from tensorflow.python.trackable import trackable_utils
+
+from tfemb.sparsecore import layout as layout_lib
+
+_Layout = sparse_core_layout_pb2.SparseCoreTableLayout
+_ATTRIBUTES = "/" + trackable_utils.OBJECT_ATTRIBUTES_NAME + "/"
+
+
+def _by_stack(layouts: Sequence[_Layout]) -> Dict[str, List[_Layout]]:
+  """Layouts grouped by stacked table, each group in row-offset order."""
+  stacks: Dict[str, List[_Layout]] = {}
+  for layout in layouts:
+    stacks.setdefault(layout.stacked_table_name, []).append(layout)
+  return {name: sorted(group, key=lambda l: l.sparse_core_shard_row_offset)
+          for name, group in stacks.items()}
+
+
+def saved_layouts(path: str) -> Optional[Dict[str, _Layout]]:
+  """The layouts a checkpoint was saved with, by table; None for a
+  checkpoint of unstacked tables."""
+  reader = tf.train.load_checkpoint(path)
+  for key in reader.get_variable_to_dtype_map():
+    if tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY in key:
+      layouts = sparse_core_layout_pb2.SparseCoreTableLayouts()
+      layouts.ParseFromString(reader.get_tensor(key))
+      return {l.table_name: l for l in layouts.tables}
+  return None
+
+
+class _Restack(checkpoint_adapter.ReshardCallback):
+  """Builds one stacked variable (or one of its slots) from `sources`, the
+  checkpoint's variables holding its tables (unstacked tables, or stacked
+  tables of `source_layouts`)."""
+
+  def __init__(self, target: str, sources: Sequence[str], slot: str,
+               target_layouts: Sequence[_Layout],
+               source_layouts: Optional[Dict[str, List[_Layout]]],
+               keys: frozenset):
+    self._target = target
+    self._sources = list(sources)
+    self._slot = slot
+    self._target_layouts = list(target_layouts)
+    self._source_layouts = source_layouts
+    self._keys = keys
+
+  def object_name(self) -> str:
+    return self._target
+
+  def update_restore_inputs(self, checkpoint_key: str,
+                            shape_and_slice_spec: str):
+    """The keys of every source variable, read whole."""
+    del shape_and_slice_spec
+    trigger = trackable_utils.escape_local_name(self._sources[0]) + _ATTRIBUTES
+    prefix, found, attribute = checkpoint_key.rpartition(trigger)
+    if not found:
+      raise ValueError(f"Unexpected checkpoint key {checkpoint_key!r} for "
+                       f"{self._sources[0]!r}.")
+    keys = []
+    for source in self._sources:
+      key = (prefix + trackable_utils.escape_local_name(source) + _ATTRIBUTES +
+             attribute)
+      if key not in self._keys:
+        raise ValueError(
+            f"Stacked table {self._target!r} needs {source!r} from the "
+            f"checkpoint, which does not hold it (it holds "
+            f"{self._sources[0]!r}): it was saved with another "
+            "configuration.")
+      keys.append(key)
+    return keys, [""] * len(keys)
+
+  def _tables(self, values: Sequence[tf.Tensor]) -> Dict[str, tf.Tensor]:
+    """The checkpoint's values as unstacked tables, by table name."""
+    if self._source_layouts is None:
+      return {l.table_name: v for l, v in zip(self._target_layouts, values)}
+    tables = {}
+    for name, value in zip(self._sources, values):
+      stack = name.partition("/")[0]
+      for layout in self._source_layouts[stack]:
+        rows, dim = layout.unsharded_shape
+        table = tf.gather(value, layout_rows(layout, rows))
+        tables[layout.table_name] = table if table.shape.rank == 1 else (
+            table[:, :dim])
+    return tables
+
+  def reshard(self, checkpoint_values, shape_and_slice: str) -> tf.Tensor:
+    values = checkpoint_values
+    if not isinstance(values, (list, tuple)):
+      values = [values]
+    tables = self._tables(values)
+    first = self._target_layouts[0]
+    rows = first.total_rows_per_sparse_core_shard * first.num_sparse_cores
+    shape = [rows] if values[0].shape.rank == 1 else (
+        [rows, first.unsharded_padded_shape[1]])
+    stacked = tf.zeros(shape, values[0].dtype)
+    for layout in self._target_layouts:
+      table = tables[layout.table_name]
+      expected = list(layout.unsharded_shape[:table.shape.rank])
+      if table.shape.as_list() != expected:
+        raise ValueError(
+            f"Table {layout.table_name!r}"
+            f"{'/' + self._slot if self._slot else ''}: expected shape "
+            f"{expected} (vocabulary_size, dim); the checkpoint holds "
+            f"{table.shape.as_list()}.")
+      if table.shape.rank == 2:
+        table = tf.pad(table, [[0, 0], [0, shape[1] - expected[1]]])
+      stacked = tf.tensor_scatter_nd_update(
+          stacked, layout_rows(layout, expected[0])[:, None], table)
+    if shape_and_slice:  # one partition's part
+      offsets = shape_and_slice.split(" ")[-1].split(":")
+      begin, size = zip(*(map(int, o.split(",")) for o in offsets))
+      stacked = tf.slice(stacked, begin, size)
+    return stacked
+
+
+def layout_rows(layout: _Layout, rows: int) -> tf.Tensor:
+  return layout_lib.layout_rows(layout, tf.range(rows, dtype=tf.int64))
+
+
+class Adapter(checkpoint_adapter.AbstractCheckpointAdapter):
+  """Restores a checkpoint of other layouts into the stacked variables of
+  `stacking`, whose stacked tables have `slot_names`.
+
+  Args:
+    path: the checkpoint.
+    stacking: the host's `layout.Stacking`.
+    slot_names: the slots of each stacked table, by stacked table name.
+  """
+
+  def __init__(self, path: str, stacking, slot_names: Dict[str, List[str]]):
+    self._saved = saved_layouts(path)
+    self._keys = frozenset(
+        tf.train.load_checkpoint(path).get_variable_to_dtype_map())
+    self._stacking = stacking
+    self._slot_names = slot_names
+    self._callbacks: Dict[str, _Restack] = {}
+    self._known = set()
+    self._plan()
+
+  @classmethod
+  def create_from_checkpoint(cls, path: str):
+    """TensorFlow's factory takes only the path; this adapter also needs
+    the embedding's layouts and slots (`TPUEmbeddingV2._checkpoint_adapter`
+    creates it)."""
+    raise TypeError("Adapter needs the embedding: Adapter(path, stacking, "
+                    "slot_names).")
+
+  @property
+  def needed(self) -> bool:
+    """False when the checkpoint holds this very layout."""
+    if self._saved is None:
+      return True
+    ours = self._stacking.embedding_layouts()
+    return set(ours) != set(self._saved) or any(
+        ours[name] != layout for name, layout in self._saved.items())
+
+  def _plan(self):
+    """One callback per stacked variable and slot, keyed by the first
+    checkpoint variable it reads (the one whose restore triggers it)."""
+    source_stacks = None if self._saved is None else _by_stack(
+        self._saved.values())
+    for name, stacked in self._stacking.stacked_tables.items():
+      targets = sorted((self._stacking.tables[t].layout
+                        for t in stacked.table_names),
+                       key=lambda l: l.sparse_core_shard_row_offset)
+      if source_stacks is None:
+        sources = [l.table_name for l in targets]
+      else:
+        missing = [l.table_name for l in targets
+                   if l.table_name not in self._saved]
+        if missing:
+          raise ValueError(
+              f"The checkpoint holds no table {missing[0]!r} (its tables: "
+              f"{sorted(self._saved)}): it was saved with another "
+              "configuration.")
+        sources = sorted({self._saved[l.table_name].stacked_table_name
+                          for l in targets})
+      for slot in [""] + list(self._slot_names.get(name, ())):
+        suffix = "/" + slot if slot else ""
+        named = [s + suffix for s in sources]
+        if named[0] in self._callbacks:
+          raise NotImplementedError(
+              f"The checkpoint's stacked table {sources[0]!r} feeds more than "
+              "one stacked table of this TPUEmbeddingV2; restore it into a "
+              "configuration that stacks its tables alike.")
+        self._callbacks[named[0]] = _Restack(name + suffix, named, slot,
+                                             targets, source_stacks,
+                                             self._keys)
+        self._known.update(named)
+        self._known.add(name + suffix)  # the variable's own name
+
+  def is_applicable(self, trackable) -> bool:
+    del trackable
+    return self.needed
+
+  def get_reshard_callback(self, name: str):
+    return self._callbacks.get(name)
+
+  def check_child(self, name: str) -> None:
+    """Refuses a checkpoint child this configuration cannot restore (the
+    names of the stacked variables themselves are accepted)."""
+    if name in self._known:
+      return
+    table, _, slot = name.partition("/")
+    if slot and table in {n.partition("/")[0] for n in self._known}:
+      raise ValueError(
+          f"The checkpoint holds slot {slot!r} of table {table!r}, which "
+          "this TPUEmbeddingV2's optimizer does not have: it was saved with "
+          "another optimizer.")
+    raise ValueError(
+        f"The checkpoint holds embedding table {table!r}, which this "
+        f"TPUEmbeddingV2 does not have (its tables: "
+        f"{sorted(self._stacking.tables)}): it was saved with another "
+        "configuration.")
