@@ -23,7 +23,7 @@ WORKER = pathlib.Path(__file__).resolve().parent / "workers" / "fit_worker.py"
 ROOT = WORKER.parent.parent.parent
 
 
-def launch(out, mode, legacy_keras, tf_config=None):
+def launch(out, mode, legacy_keras, tf_config=None, worker=WORKER):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
              TF_USE_LEGACY_KERAS="1" if legacy_keras else "0",
              PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get(
@@ -31,7 +31,8 @@ def launch(out, mode, legacy_keras, tf_config=None):
   env.pop("TF_CONFIG", None)
   if tf_config is not None:
     env["TF_CONFIG"] = json.dumps(tf_config)
-  return subprocess.Popen([sys.executable, str(WORKER), str(out), mode],
+  return subprocess.Popen([sys.executable, str(worker), str(out)] +
+                          ([mode] if mode else []),
                           env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True)
@@ -70,3 +71,33 @@ def test_two_workers_equal_one_process(tmp_path, mode, legacy_keras):
       np.testing.assert_allclose(got[name], expected[name], rtol=1e-5,
                                  atol=1e-6, err_msg=f"worker {i}: {name}")
   assert not np.allclose(expected["accumulators"], 0.1)
+
+
+def test_two_workers_train_tpu_embedding_v2_on_the_global_batch(tmp_path):
+  """The host TPUEmbeddingV2 under MultiWorkerMirroredStrategy (2 processes,
+  each laid out for 2 chips) ends with the tables and Adagrad slots of one
+  process (laid out for 1 chip) on the same global batches: the update is
+  applied once to the global batch's summed gradient."""
+  worker = WORKER.parent / "v2_worker.py"
+  with ports.reserved(2) as reserved:
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in reserved]}
+    workers = [
+        launch(tmp_path / f"worker{i}.npz", None, False,
+               {"cluster": cluster, "task": {"type": "worker", "index": i}},
+               worker)
+        for i in range(2)
+    ]
+    single = launch(tmp_path / "single.npz", None, False, worker=worker)
+    results = [finish(p) for p in workers]
+  assert [r["replicas"] for r in results] == [2, 2]
+  assert finish(single)["replicas"] == 1
+  expected = np.load(tmp_path / "single.npz")
+  assert sorted(expected.files) == [
+      "items/accumulators", "items/parameters", "users/accumulators",
+      "users/parameters"]
+  for i in range(2):
+    got = np.load(tmp_path / f"worker{i}.npz")
+    for name in expected.files:
+      np.testing.assert_allclose(got[name], expected[name], rtol=1e-5,
+                                 atol=1e-6, err_msg=f"worker {i}: {name}")
+  assert not np.allclose(expected["users/accumulators"], 0.1)

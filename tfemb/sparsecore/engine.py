@@ -36,6 +36,7 @@ from tfemb.host import variables as variables_lib
 from tfemb.sparsecore import checkpoints
 from tfemb.sparsecore import combiner as combiner_lib
 from tfemb.sparsecore import custom
+from tfemb.sparsecore import feeding as v2_feeding
 from tfemb.sparsecore import layout as layout_lib
 from tfemb.tpu import delegate
 
@@ -288,11 +289,18 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
   def enqueue(self, features: Any, weights: Optional[Any] = None,
               device: Optional[str] = None) -> Preserved:
     """Checks and deduplicates a batch; returns what `dequeue` takes."""
-    del device  # one host: every replica's batch is looked up where it runs
+    if device is not None and tf.DeviceSpec.from_string(
+        device).device_type != "TPU":
+      raise ValueError("Non-TPU device {} passed to enqueue.".format(device))
+    # One host: every replica's batch is looked up where it runs.
     self._maybe_build()
     config = self._config
-    feature_ids, flat, flat_weights = feeding.flat_inputs(
+    feature_ids, _, flat_weights = feeding.flat_inputs(
         config, features, weights, False)
+    flat, flat_weights = zip(*(
+        v2_feeding.prepare(path, feature, x, w) for path, feature, x, w in zip(
+            config.paths, config.features, nest.flatten(features),
+            flat_weights)))
     regular = [i for i in feature_ids if i not in self._custom]
     by_feature = dict(zip(regular, feeding.lookups(
         config, regular, [flat[i] for i in regular],

@@ -1,0 +1,76 @@
+"""TensorFlow 2.21's `TPUEmbeddingV2` input rules, before the host engine.
+
+`TPUEmbeddingV2` (its `_convert_input_feature_to_coo`) takes per feature a
+`tf.Tensor`, `tf.SparseTensor` or `tf.RaggedTensor`, with weights of the
+same kind or None, and reads a dense tensor as one id per sample: any shape
+whose size is the product of the feature's `output_shape`, each id with its
+own weight (the first generation refuses dense weights). Each input is
+brought here to what the host engine takes for it (docs/sparsecore.md).
+"""
+
+from typing import Any, Optional, Tuple
+
+import tensorflow as tf
+
+_KINDS = ((tf.SparseTensor, "SparseTensor"), (tf.RaggedTensor, "RaggedTensor"),
+          (tf.Tensor, "Tensor"))
+
+
+def _kind(x) -> Optional[str]:
+  return next((name for cls, name in _KINDS if isinstance(x, cls)), None)
+
+
+def _dense(path: str, x: tf.Tensor, w: Optional[tf.Tensor],
+           sample_count: int) -> Tuple[Any, Any]:
+  """One id per sample: [sample_count] ids, or with weights a
+  [sample_count, 1] SparseTensor of ids and one of weights."""
+  ids = tf.reshape(x, [-1])
+  size = ids.shape[0]
+  message = (f"Feature {path!r}: Dense tensor input should have values "
+             "elements number the same as the sample count. But got "
+             "{} elements for values and " + f"{sample_count} samples "
+             "(output_shape's size).")
+  if size is None:  # known when the batch runs
+    check = tf.debugging.assert_equal(
+        tf.size(ids), sample_count, message=message.format("another number of"))
+    with tf.control_dependencies([check]):
+      ids = tf.identity(ids)
+  elif size != sample_count:
+    raise ValueError(message.format(size))
+  if w is None:
+    return ids, None
+  weights = tf.reshape(w, [-1])
+  if weights.shape[0] is not None and size is not None and (
+      weights.shape[0] != size):
+    raise ValueError(
+        f"Feature {path!r}: Values and weights should have same elements. "
+        f"But got {size} elements for values and {weights.shape[0]} "
+        "elements for weights.")
+  rows = tf.range(tf.size(ids, out_type=tf.int64))
+  indices = tf.stack([rows, tf.zeros_like(rows)], axis=1)
+  dense_shape = tf.stack([tf.size(ids, out_type=tf.int64),
+                          tf.constant(1, tf.int64)])
+  return (tf.SparseTensor(indices, ids, dense_shape),
+          tf.SparseTensor(indices, weights, dense_shape))
+
+
+def prepare(path: str, feature: Any, x: Any, w: Any) -> Tuple[Any, Any]:
+  """`(ids, weights)` of one feature as the host engine takes them.
+
+  Raises TensorFlow's `TPUEmbeddingV2` errors, naming the feature: an input
+  that is not a Tensor, SparseTensor or RaggedTensor (numpy arrays and
+  lists included, as on a TPU), weights of another kind than the ids, or a
+  dense input whose size is not the product of `output_shape`.
+  """
+  kind = _kind(x)
+  if kind is None:
+    raise ValueError(
+        f"Feature {path!r}: Input of unknown type {type(x)}. Please only pass "
+        "Tensor, SparseTensor or RaggedTensor as input to embedding lookup.")
+  if w is not None and _kind(w) != kind:
+    raise ValueError(f"Feature {path!r}: Expect weight to be {kind} type but "
+                     f"got {type(w)}")
+  if kind != "Tensor":
+    return x, w
+  samples = tf.TensorShape(feature.output_shape).num_elements()
+  return _dense(path, x, w, samples)
