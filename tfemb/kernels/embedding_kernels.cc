@@ -251,6 +251,9 @@ class DedupGatherOp : public OpKernel {
       rows_per_core_ = stacked[2];
       row_offset_ = stacked[3];
       rotation_ = stacked[4];
+      for (int b = 0; b < 62; ++b) {
+        if (cores_ == (int64_t{1} << b)) core_bits_ = b;
+      }
     } else {
       rows_ = vocabulary_size_;
     }
@@ -363,6 +366,11 @@ class DedupGatherOp : public OpKernel {
   // + row offset + id / cores.
   int64_t Row(int64_t id) const {
     if (cores_ == 0) return id;
+    if (core_bits_ >= 0) {  // a power of two, as on every SparseCore TPU
+      const int64_t mask = cores_ - 1;
+      return (((id & mask) + rotation_) & mask) * rows_per_core_ +
+             row_offset_ + (id >> core_bits_);
+    }
     return ((id % cores_ + rotation_) % cores_) * rows_per_core_ +
            row_offset_ + id / cores_;
   }
@@ -370,6 +378,7 @@ class DedupGatherOp : public OpKernel {
   int64_t vocabulary_size_;
   int64_t rows_;  // of the variable
   int64_t cores_ = 0;  // 0: not stacked
+  int core_bits_ = -1;  // log2(cores_) where cores_ is a power of two
   int64_t rows_per_core_ = 0;
   int64_t row_offset_ = 0;
   int64_t rotation_ = 0;

@@ -31,6 +31,7 @@ import math
 from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
+from tensorflow.python.framework import auto_control_deps_utils  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
 
 from tfemb import optimizers
@@ -41,6 +42,10 @@ from tfemb.kernels import build
 for _op in ("TfembDedupGather", "TfembRowGradients", "TfembApplyRows",
             "TfembWriteColumns", "TfembSplitColumns", "TfembRejoinColumns"):
   tf.no_gradient(_op)
+# A lookup only reads its table (under a shared lock): in a tf.function,
+# lookups of tables stacked in one variable run side by side, ordered only
+# after the writes before them, as TensorFlow's own ResourceGather.
+auto_control_deps_utils.register_read_only_resource_op("TfembDedupGather")
 
 
 # The columns of an interleaved table's storage are the view's value
