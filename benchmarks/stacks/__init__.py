@@ -35,6 +35,8 @@ class Stack:
 
 STACKS = (
     Stack("tfemb", "tfemb Keras layer", "tfemb_layer", peer=False),
+    Stack("tfemb-v2", "tfemb Keras layer following the SparseCore "
+          "(TPUEmbeddingV2's stacked tables)", "tfemb_layer_v2", peer=False),
     Stack("tfemb-emb", "tfemb engine, embedding part only (mid-level API)",
           "tfemb_engine", peer=False, full_step=False),
     Stack("tfemb-emb-v2", "tfemb TPUEmbeddingV2 (SparseCore, stacked "

@@ -17,6 +17,7 @@ import helpers
 import reference
 import tfemb
 import tfemb.layers
+from tfemb.sparsecore import layout
 
 keras = tf.keras
 LEGACY = os.environ.get("TF_USE_LEGACY_KERAS", "0").lower() in ("1", "true")
@@ -43,28 +44,41 @@ def data():
   return tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
 
 
-def fit(strategy, make_opt):
+def fit(strategy, make_opt, v2=False):
+  """The tables' variables after `fit` (first replica's copy) and the head's
+  kernel. `v2`: the layer follows the SparseCore (stacked tables, each
+  feature's per-replica `output_shape`); the variables are then unstacked."""
+  per_replica = [GLOBAL_BATCH // strategy.num_replicas_in_sync]
   with strategy.scope():
     table = tfemb.TableConfig(30, 4, name="items", combiner="sqrtn",
                               initializer=tf.constant_initializer(INIT))
-    features = {"item": tfemb.FeatureConfig(table),
-                "user": tfemb.FeatureConfig(table)}
+    shape = dict(output_shape=per_replica) if v2 else {}
+    features = {"item": tfemb.FeatureConfig(table, **shape),
+                "user": tfemb.FeatureConfig(table, **shape)}
     inputs = {"item": keras.Input(shape=(), dtype="int64", name="item"),
               "user": keras.Input(shape=(), dtype="int64", name="user")}
     if LEGACY:
-      features["history"] = tfemb.FeatureConfig(table)
+      features["history"] = tfemb.FeatureConfig(table, **shape)
       inputs["history"] = keras.Input(shape=(None,), dtype="int64",
                                       ragged=True, name="history")
-    layer = tfemb.layers.TPUEmbedding(features, make_opt())
+    sparse_core = dict(sparse_core_embedding_config=(
+        tfemb.SparseCoreEmbeddingConfig())) if v2 else {}
+    layer = tfemb.layers.TPUEmbedding(features, make_opt(), **sparse_core)
     act = layer(inputs)
     x = keras.layers.Concatenate()([act[k] for k in sorted(act)])
     head = keras.layers.Dense(1, kernel_initializer="ones")
     model = keras.Model(inputs, head(x))
     model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
   model.fit(data(), epochs=2, verbose=0)
-  variables = layer.embedding_variables[table]
-  return ({n: v.numpy() for n, v in variables.items()},
-          head.kernel.numpy())
+  if not v2:
+    variables = layer.embedding_variables[table]
+    return ({n: v.numpy() for n, v in variables.items()},
+            head.kernel.numpy())
+  engine = layer._tpu_embedding  # pylint: disable=protected-access
+  (stacked, variables), = engine.variables.items()
+  return ({n: layout.to_unstacked(engine._stacking, {  # pylint: disable=protected-access
+      stacked: getattr(v, "values", [v])[0].numpy()})["items"]
+           for n, v in variables.items()}, head.kernel.numpy())
 
 
 @pytest.mark.parametrize("make_opt", [lambda: tfemb.Adagrad(0.3),
@@ -78,6 +92,22 @@ def test_fit_under_mirrored_equals_one_replica(make_opt):
     np.testing.assert_allclose(got[name], expected[name], rtol=1e-5,
                                atol=1e-6, err_msg=name)
   # The dense part, trained by Keras, agrees too: the same global step.
+  np.testing.assert_allclose(kernel, expected_kernel, rtol=1e-5, atol=1e-6)
+
+
+def test_fit_under_mirrored_follows_the_sparsecore_as_one_replica():
+  """The layer following the SparseCore: 2 replicas laid out for 2 chips
+  (each feature's output_shape the per-replica batch) train as one replica
+  on the global batch, laid out for 1 chip."""
+  make_opt = lambda: tfemb.Adagrad(0.3)
+  expected, expected_kernel = fit(tf.distribute.get_strategy(), make_opt,
+                                  v2=True)
+  got, kernel = fit(mirrored(2), make_opt, v2=True)
+  assert sorted(expected) == ["accumulators", "parameters"]
+  assert not np.allclose(expected["parameters"], INIT)
+  for name in expected:
+    np.testing.assert_allclose(got[name], expected[name], rtol=1e-5,
+                               atol=1e-6, err_msg=name)
   np.testing.assert_allclose(kernel, expected_kernel, rtol=1e-5, atol=1e-6)
 
 
