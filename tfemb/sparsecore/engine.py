@@ -36,8 +36,10 @@ from tfemb.host import variables as variables_lib
 from tfemb.sparsecore import checkpoints
 from tfemb.sparsecore import combiner as combiner_lib
 from tfemb.sparsecore import custom
+from tfemb.sparsecore import enforce
 from tfemb.sparsecore import feeding as v2_feeding
 from tfemb.sparsecore import layout as layout_lib
+from tfemb.sparsecore import stats
 from tfemb.tpu import delegate
 
 _no_autograph = tf.autograph.experimental.do_not_convert
@@ -131,6 +133,9 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     self._custom = [i for i, f in enumerate(config.features)
                     if combiner_lib.is_custom(f.table.combiner)]
     self._combiner_vars = data_structures.NoDependency({})
+    self._id_limits = data_structures.NoDependency(
+        None if sparse_core_embedding_config is None else
+        enforce.IdLimits(stacking, config, sparse_core_embedding_config))
     self._policy = data_structures.NoDependency(
         step.NonFinitePolicy(self._strategy))
     self._adapter = data_structures.NoDependency(None)
@@ -310,6 +315,9 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
       by_feature[i], kept[i] = combiner_lib.lookup(
           config.paths[i], flat[i], flat_weights[i], config.features[i],
           self._output_shapes[i].num_elements())
+    if self._id_limits is not None:  # the SparseCore's limits, per chip
+      by_feature.update(zip(regular, self._id_limits.apply(
+          regular, [by_feature[i] for i in regular])))
     lookups = [by_feature[i] for i in feature_ids]
     batch = step.gather(self._stacked, self._train_paths, feature_ids,
                         lookups)
@@ -394,6 +402,27 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
             weight_grad)
 
   # --- the SparseCore's limits ------------------------------------------------
+
+  @classmethod
+  def compute_sparse_core_stats(cls, features: Any, feature_config: Any,
+                                num_tpu_chips: int, num_sc_per_chip: int = 4,
+                                optimizer: Optional[Any] = None,
+                                sparse_core_embedding_config: Optional[
+                                    Any] = None):
+    """TensorFlow's `compute_sparse_core_stats`, on any CPU: per stacked
+    table, the most ids and the most distinct ids one SparseCore partition
+    gets from `features` (one chip's batch), as `(max_ids_per_table,
+    max_unique_ids_per_table)` dicts of int32 scalars
+    (`tfemb.sparsecore.stats`)."""
+    return stats.compute_sparse_core_stats(
+        features, feature_config, num_tpu_chips, num_sc_per_chip, optimizer,
+        sparse_core_embedding_config)
+
+  @property
+  def dropped_ids(self) -> Dict[str, int]:
+    """Ids dropped so far under `allow_id_dropping`, per stacked table
+    (all replicas; empty without a `SparseCoreEmbeddingConfig`)."""
+    return {} if self._id_limits is None else self._id_limits.dropped_ids
 
   @property
   def non_finite_gradients(self) -> str:

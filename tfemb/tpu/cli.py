@@ -1,4 +1,5 @@
-"""The plan's command line: `python -m tfemb.tpu MODULE:ATTR ...`.
+"""The plan's command line: `python -m tfemb.tpu MODULE:ATTR ...`
+(`python -m tfemb.tpu sparsecore ...`: `tfemb.sparsecore.cli`).
 
 MODULE is a module name (importable from the current directory) or a `.py`
 file; ATTR names a nested structure of `FeatureConfig`s, a pair
@@ -70,6 +71,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+  argv = list(sys.argv[1:] if argv is None else argv)
+  if argv[:1] == ["sparsecore"]:  # the SparseCore's id limits
+    from tfemb.sparsecore import cli as sparsecore_cli  # pylint: disable=g-import-not-at-top
+    return sparsecore_cli.main(argv[1:])
   args = _parser().parse_args(argv)
   feature_config, optimizer = load(args.target)
   result = planning.plan(
