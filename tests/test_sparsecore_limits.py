@@ -241,3 +241,11 @@ def test_the_tutorial_tunes_the_drops_to_zero():
   assert dropped > 0
   assert "The suggested config: 0 ids dropped, 0 batches failed." in (
       result.stdout)
+
+
+def test_samples_that_do_not_divide_among_a_chips_sparsecores_are_refused():
+  table = tfemb.TableConfig(32, 8, name="t")
+  with pytest.raises(ValueError, match="Feature 'f': its 6 samples"):
+    tfemb.TPUEmbeddingV2(
+        {"f": tfemb.FeatureConfig(table, output_shape=[6])}, tfemb.SGD(0.5),
+        sparse_core_embedding_config=tfemb.SparseCoreEmbeddingConfig())

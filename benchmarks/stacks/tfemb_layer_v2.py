@@ -15,10 +15,12 @@ def build(workload, on_trace=None):
       n: tfemb.FeatureConfig(feature.table, output_shape=[workload.batch],
                              name=n)
       for n, feature in tfemb_common.feature_config(workload).items()}
+  # `embedding_feature=V2`, no SparseCoreEmbeddingConfig: the SparseCore's
+  # numbers without counting its id limits (which a config turns on).
   layer = tfemb.layers.TPUEmbedding(
       features, tfemb_common.optimizer(workload),
-      sparse_core_embedding_config=(
-          tf.tpu.experimental.embedding.SparseCoreEmbeddingConfig()))
+      embedding_feature=(
+          tf.tpu.experimental.HardwareFeature.EmbeddingFeature.V2))
   inputs = train_step.keras_inputs(keras, workload)
   model = keras.Model(inputs, train_step.concat_head(keras, layer(inputs),
                                                      workload.names))

@@ -13,29 +13,29 @@ from tfemb.sparsecore import layout
 
 keras = tf.keras
 INIT = np.arange(40, dtype=np.float32).reshape(10, 4) / 10
-IDS = np.array([1, 4, 1], np.int32)
+IDS = np.array([1, 4, 1, 7], np.int32)
 
 
 def _fit(**layer_kwargs):
   table = tfemb.TableConfig(10, 4, name="t",
                             initializer=tf.constant_initializer(INIT))
   layer = tfemb.layers.TPUEmbedding(
-      {"f": tfemb.FeatureConfig(table, output_shape=[3])},
+      {"f": tfemb.FeatureConfig(table, output_shape=[4])},
       tfemb.SGD(0.5, clipvalue=0.1), **layer_kwargs)
-  inputs = {"f": keras.Input(shape=(), batch_size=3, dtype="int32",
+  inputs = {"f": keras.Input(shape=(), batch_size=4, dtype="int32",
                              name="f")}
   outputs = keras.layers.Lambda(
       lambda a: tf.reduce_sum(a, axis=-1, keepdims=True))(layer(inputs)["f"])
   model = keras.Model(inputs, outputs)
   # d loss / d activation = 1 for every element.
   model.compile(optimizer="sgd", loss=lambda y, p: tf.reduce_sum(p))
-  model.fit({"f": IDS}, np.zeros((3, 1)), batch_size=3, epochs=1, verbose=0)
+  model.fit({"f": IDS}, np.zeros((4, 1)), batch_size=4, epochs=1, verbose=0)
   return layer
 
 
 def _expected(clip):
   w = INIT.astype(np.float64).copy()
-  for i, count in ((1, 2), (4, 1)):  # the summed gradient of each row
+  for i, count in ((1, 2), (4, 1), (7, 1)):  # the summed gradient of each row
     w[i] -= 0.5 * np.clip(np.full(4, float(count)), -clip, clip)
   return w
 

@@ -28,6 +28,14 @@ class IdLimits:
   """
 
   def __init__(self, stacking, config, sparse_core_embedding_config):
+    cores = stacking.num_sc_per_chip
+    for path, feature in zip(config.paths, config.features):
+      samples = tf.TensorShape(feature.output_shape).num_elements()
+      if samples % cores:
+        raise ValueError(
+            f"Feature {path!r}: its {samples} samples (output_shape's size) "
+            f"do not divide among the {cores} SparseCores of a chip, as a "
+            "SparseCore TPU needs.")
     self._stacking = stacking
     self._config = config
     self._limits = limits.Limits.of(sparse_core_embedding_config)
