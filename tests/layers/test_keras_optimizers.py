@@ -149,6 +149,65 @@ def test_schedule_advances_once_per_training_step():
       0.2 * 0.5 ** (STEPS / 2))
 
 
+
+STEP_SCHEDULE = dict(boundaries=[4], values=[0.01, 1.0])  # 1.0 from step 5
+
+
+def one_step_learning_rate(keras_opt, restore=None):
+  """The learning rate of the layer's next training step: one batch of one
+  id, d loss / d activation = 1, SGD: the row moves by -lr."""
+  table = tfemb.TableConfig(VOCAB, DIM, name="t",
+                            initializer=tf.zeros_initializer())
+  layer = tfemb.layers.TPUEmbedding(
+      {"ids": tfemb.FeatureConfig(table)},
+      tfemb.layers.translate_keras_optimizer(keras_opt))
+  ids = keras.Input(shape=(), dtype="int64", name="ids")
+  out = keras.layers.Lambda(lambda a: tf.reduce_sum(a, -1, keepdims=True))(
+      layer({"ids": ids})["ids"])
+  model = keras.Model({"ids": ids}, out)
+  model.compile(optimizer=keras_opt, loss=lambda y, p: tf.reduce_sum(p))
+  if restore is not None:
+    restore(model, layer)
+  model.train_on_batch({"ids": np.array([3])}, np.zeros((1, 1)))
+  return -float(layer.embedding_tables[table].numpy()[3, 0])
+
+
+def test_a_schedule_follows_the_keras_optimizers_iterations():
+  """As tfrs reads it: a checkpoint of tfrs' layer restores the optimizer's
+  `iterations` (5) and no `embedding_iterations`; the next step is
+  schedule(5)."""
+  opt = keras.optimizers.SGD(
+      keras.optimizers.schedules.PiecewiseConstantDecay(**STEP_SCHEDULE))
+
+  def restore(model, layer):
+    del model, layer
+    opt.iterations.assign(5)
+
+  assert one_step_learning_rate(opt, restore) == pytest.approx(1.0)
+
+
+def test_a_schedule_resumes_from_a_checkpoint_of_its_own_count(tmp_path):
+  """A tfemb checkpoint whose optimizer was never applied (its
+  `iterations` 0): the layer's own count of steps (5) goes on."""
+  def make():
+    return keras.optimizers.SGD(
+        keras.optimizers.schedules.PiecewiseConstantDecay(**STEP_SCHEDULE))
+
+  saved = tfemb.layers.TPUEmbedding(
+      {"ids": tfemb.FeatureConfig(tfemb.TableConfig(
+          VOCAB, DIM, name="t", initializer=tf.zeros_initializer()))},
+      tfemb.layers.translate_keras_optimizer(make()))
+  saved.build({"ids": tf.TensorShape([None])})
+  saved.embedding_iterations.assign(5)
+  path = tf.train.Checkpoint(layer=saved).save(str(tmp_path / "ckpt"))
+
+  def restore(model, layer):
+    del model
+    tf.train.Checkpoint(layer=layer).restore(path).expect_partial()
+
+  assert one_step_learning_rate(make(), restore) == pytest.approx(1.0)
+  assert one_step_learning_rate(make()) == pytest.approx(0.01)
+
 UNSUPPORTED = [
     ("SGD", dict(momentum=0.9), "momentum"),
     ("SGD", dict(nesterov=True, momentum=0.5), "momentum"),

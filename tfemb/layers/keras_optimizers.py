@@ -10,7 +10,11 @@ time-based `decay`, and Adam's bias correction, which the TPU engine leaves
 to the learning rate (optimization_parameters.proto:
 `lr * sqrt(1 - beta_2^t) / (1 - beta_1^t)`), make it a `KerasLearningRate`:
 a dynamic learning rate (a zero-argument callable, as the TPU engine takes)
-that counts its own steps; the engine advances it once per training step.
+whose step is the Keras optimizer's `iterations`, as tensorflow-recommenders
+reads it (`schedule(optimizer.iterations)`), or its own count of training
+steps where that is larger (an optimizer the model never applies): a
+checkpoint of tfrs' layer, or of tfemb's, resumes the schedule where it
+stopped.
 """
 
 from typing import Any, Optional
@@ -35,24 +39,35 @@ class KerasLearningRate:
       `LearningRateSchedule` (called with the 0-based step).
     decay: tf_keras legacy time-based decay: `lr / (1 + decay * step)`.
     adam_betas: `(beta_1, beta_2)` to fold Adam's bias correction in.
+    optimizer: the Keras optimizer whose `iterations` the step follows.
   """
 
-  def __init__(self, base, decay: float = 0.0, adam_betas=None):
+  def __init__(self, base, decay: float = 0.0, adam_betas=None,
+               optimizer=None):
     self.base = base
     self.decay = decay
     self.adam_betas = adam_betas
+    self.optimizer = optimizer
     self.iterations = None
 
   def bind(self, iterations):
     """Counts steps in `iterations` (an int64 variable) from now on."""
     self.iterations = iterations
 
-  def _step(self):
+  def _count(self):
     if self.iterations is None:
       with tf.init_scope():
         self.iterations = tf.Variable(0, dtype=tf.int64, trainable=False,
                                       name="embedding_iterations")
     return tf.convert_to_tensor(self.iterations)
+
+  def _step(self):
+    """The larger of the optimizer's `iterations` and the steps counted."""
+    step = self._count()
+    theirs = getattr(self.optimizer, "iterations", None)
+    if theirs is not None:
+      step = tf.maximum(step, tf.cast(tf.convert_to_tensor(theirs), tf.int64))
+    return step
 
   def __call__(self):
     step = self._step()
@@ -75,7 +90,7 @@ class KerasLearningRate:
 
   def advance(self):
     """One training step done (called by the engine after each update)."""
-    self._step()
+    self._count()
     self.iterations.assign_add(1)
 
   def __repr__(self):
@@ -147,7 +162,8 @@ def _learning_rate(opt, family, config, adam_betas=None):
   base = _raw_learning_rate(opt, family)
   if not decay and adam_betas is None and isinstance(base, float):
     return base
-  return KerasLearningRate(base, decay=decay, adam_betas=adam_betas)
+  return KerasLearningRate(base, decay=decay, adam_betas=adam_betas,
+                           optimizer=opt)
 
 
 def _weight_decay(opt, config, lr, constant_lr: Optional[float]):
