@@ -9,6 +9,8 @@ from tfemb.mid_level import TPUEmbedding
 # Adagrad, AdagradMomentum, Adam, FTRL.
 from tfemb.optimizers import *  # pylint: disable=wildcard-import
 from tfemb.options import Options
+from tfemb.patching import patch
+from tfemb.patching import unpatch
 from tfemb.serving import TPUEmbeddingForServing
 from tfemb.serving import serving_embedding_lookup
 # TensorFlow's own classes: CustomCombiner, CustomOptimizer,
@@ -40,5 +42,6 @@ def __getattr__(name):
 __all__ = optimizers.__all__ + sparsecore_configs.__all__ + [
     "TableConfig", "FeatureConfig", "QuantizationConfig", "TPUEmbedding",
     "to_tensorflow", "Options", "TPUEmbeddingForServing",
-    "serving_embedding_lookup", "TPUEmbeddingV0", "TPUEmbeddingV2",
+    "serving_embedding_lookup", "TPUEmbeddingV0", "TPUEmbeddingV2", "patch",
+    "unpatch",
 ]

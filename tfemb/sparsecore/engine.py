@@ -441,6 +441,7 @@ def _tpu_engine(feature_config, optimizer=None,
   from tfemb import tf_conversion  # pylint: disable=g-import-not-at-top
   feature_config, optimizer = tf_conversion.to_tensorflow(
       (feature_config, optimizer))
-  return tf.tpu.experimental.embedding.TPUEmbeddingV2(
+  from tfemb import patching  # pylint: disable=g-import-not-at-top
+  return patching.tensorflow_engine("TPUEmbeddingV2")(
       feature_config, optimizer, pipeline_execution_with_tensor_core,
       sparse_core_embedding_config)

@@ -1,0 +1,153 @@
+"""Running a TPU codebase unchanged off the TPU: `tfemb.patch()`.
+
+The patch routes the engine classes of `tf.tpu.experimental.embedding`
+(`TPUEmbedding`, `TPUEmbeddingV2`, `TPUEmbeddingV0`) and the Keras layers of
+tensorflow-recommenders (`tfrs.layers.embedding.TPUEmbedding`) to tfemb's:
+every module attribute that holds one of those classes, including the
+aliases other modules made when they imported it (`from ... import
+TPUEmbedding`), is set to tfemb's class; `undo()` puts each one back.
+Under a `TPUStrategy`, tfemb's classes hand the work to TensorFlow's own
+(docs/tpu.md), so a patched program still runs TensorFlow's engines on a
+TPU. What the patch does not reach: a class object a program stored
+elsewhere than in a module attribute (a list, a closure) before the patch.
+
+    import tfemb
+    tfemb.patch()                  # or: with tfemb.patch(): ...
+    import my_tpu_training_script  # runs on the CPU with the TPU's numbers
+
+`python -m tfemb.run script.py ARGS...` does the same for a script
+(`tfemb.run`).
+"""
+
+import importlib
+import importlib.util
+import sys
+import threading
+from typing import Any, Dict, List, Optional, Tuple
+
+import tensorflow as tf
+from tensorflow.python.tpu import tpu_embedding_v1  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.tpu import tpu_embedding_v2  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.tpu import tpu_embedding_v3  # pylint: disable=g-direct-tensorflow-import
+
+_LOCK = threading.Lock()
+_ACTIVE: List["Patch"] = []
+
+# TensorFlow's own engine classes, as they were when tfemb was imported:
+# what tfemb hands the work to under a TPUStrategy, patched or not.
+TENSORFLOW_ENGINES = {
+    "TPUEmbedding": tpu_embedding_v2.TPUEmbedding,
+    "TPUEmbeddingV2": tpu_embedding_v3.TPUEmbeddingV2,
+    "TPUEmbeddingV0": tpu_embedding_v1.TPUEmbeddingV0,
+}
+
+
+def tensorflow_engine(name: str) -> type:
+  """TensorFlow's engine class `name` ("TPUEmbedding", "TPUEmbeddingV2",
+  "TPUEmbeddingV0") as `tf.tpu.experimental.embedding` has it, or, where
+  `patch()` routed that name to tfemb, TensorFlow's own: what tfemb hands
+  the work to under a TPUStrategy."""
+  cls = getattr(tf.tpu.experimental.embedding, name)
+  if getattr(cls, "__module__", "").startswith("tfemb."):
+    return TENSORFLOW_ENGINES[name]
+  return cls
+
+
+def _replacements() -> Dict[int, Tuple[Any, Any]]:
+  """{id(original): (original, replacement)} for what is installed here."""
+  # pylint: disable=g-import-not-at-top
+  import tfemb
+  import tfemb.layers
+  # pylint: enable=g-import-not-at-top
+  pairs = [(TENSORFLOW_ENGINES[name], getattr(tfemb, name))
+           for name in TENSORFLOW_ENGINES]
+  layer = _tfrs_layer()
+  if layer is not None:
+    pairs.append((layer, tfemb.layers.TPUEmbedding))
+  return {id(original): (original, ours) for original, ours in pairs}
+
+
+def _tfrs_layer() -> Optional[type]:
+  """tensorflow-recommenders' Keras layer, if tfrs is installed and loads
+  with this Keras (it needs tf_keras)."""
+  if importlib.util.find_spec("tensorflow_recommenders") is None:
+    return None
+  try:
+    module = importlib.import_module(
+        "tensorflow_recommenders.layers.embedding.tpu_embedding_layer")
+  except Exception:  # pylint: disable=broad-except
+    return None
+  return getattr(module, "TPUEmbedding", None)
+
+
+class Patch:
+  """An installed patch (`tfemb.patch()`); `undo()` or leaving its `with`
+  block removes it. Undoing twice is harmless."""
+
+  def __init__(self):
+    self._changed: List[Tuple[Any, str, Any]] = []  # (module, name, original)
+
+  def _install(self) -> "Patch":
+    strategy = tf.distribute.get_strategy()
+    if "TPUStrategy" in type(strategy).__name__:
+      raise RuntimeError(
+          "tfemb.patch() routes TensorFlow's TPU embedding classes to tfemb "
+          "off the TPU; under a TPUStrategy TensorFlow's own classes already "
+          "run. Call it outside any TPUStrategy scope, or not at all on a "
+          "TPU.")
+    replacements = _replacements()
+    for module in list(sys.modules.values()):
+      namespace = getattr(module, "__dict__", None)
+      if not isinstance(namespace, dict) or module.__name__.startswith(
+          "tfemb"):
+        continue
+      for name, value in list(namespace.items()):
+        pair = replacements.get(id(value))
+        if pair is not None and value is pair[0]:
+          setattr(module, name, pair[1])
+          self._changed.append((module, name, value))
+    return self
+
+  @property
+  def active(self) -> bool:
+    return self in _ACTIVE
+
+  def undo(self) -> None:
+    """Puts back every attribute the patch changed (harmless if done)."""
+    with _LOCK:
+      if self not in _ACTIVE:
+        return
+      _ACTIVE.remove(self)
+      for module, name, original in reversed(self._changed):
+        setattr(module, name, original)
+      self._changed = []
+
+  def __enter__(self) -> "Patch":
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.undo()
+
+  def __repr__(self) -> str:
+    return (f"<tfemb patch: {len(self._changed)} names routed, "
+            f"{'active' if self.active else 'undone'}>")
+
+
+def patch() -> Patch:
+  """Routes `tf.tpu.experimental.embedding`'s engine classes and
+  tensorflow-recommenders' `TPUEmbedding` layer to tfemb's, in every module
+  loaded now (and so in every module loaded later that imports them from
+  there). Returns the `Patch`: call `undo()`, or use it as a context
+  manager. Patching again while patched changes nothing more."""
+  with _LOCK:
+    if _ACTIVE:
+      return _ACTIVE[-1]
+    installed = Patch()._install()
+    _ACTIVE.append(installed)
+    return installed
+
+
+def unpatch() -> None:
+  """Undoes `tfemb.patch()` (harmless when not patched)."""
+  for active in list(_ACTIVE):
+    active.undo()
