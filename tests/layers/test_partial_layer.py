@@ -1,0 +1,83 @@
+"""`tfemb.layers.PartialTPUEmbedding`, tfrs' signature: a small table is a
+Keras `Embedding` trained by the model's optimizer, a big one goes through
+tfemb's `TPUEmbedding` and its optimizer; checkpoints use tfrs' names."""
+
+import inspect
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfemb
+import tfemb.layers
+
+keras = tf.keras
+LEGACY = os.environ.get("TF_USE_LEGACY_KERAS", "0").lower() in ("1", "true")
+SMALL_INIT = np.arange(8 * 4, dtype=np.float32).reshape(8, 4) / 10
+BIG_INIT = np.arange(50 * 4, dtype=np.float32).reshape(50, 4) / 100
+
+
+def model():
+  small = tfemb.TableConfig(8, 4, name="small",
+                            initializer=tf.constant_initializer(SMALL_INIT))
+  big = tfemb.TableConfig(50, 4, name="big",
+                          initializer=tf.constant_initializer(BIG_INIT))
+  layer = tfemb.layers.PartialTPUEmbedding(
+      {"a": tfemb.FeatureConfig(small), "b": tfemb.FeatureConfig(small),
+       "c": tfemb.FeatureConfig(big)}, tfemb.SGD(0.5), size_threshold=10)
+  inputs = {k: keras.Input(shape=(), dtype="int32", name=k) for k in "abc"}
+  act = layer(inputs)
+  out = keras.layers.Lambda(lambda t: tf.reduce_sum(
+      tf.concat(t, axis=-1), axis=-1, keepdims=True))([act[k] for k in "abc"])
+  m = keras.Model(inputs, out)
+  # d loss / d activation = 1 everywhere.
+  m.compile(optimizer=keras.optimizers.SGD(0.1),
+            loss=lambda y, p: tf.reduce_sum(p))
+  return m, layer
+
+
+def test_small_tables_train_by_keras_big_ones_by_tfemb():
+  m, layer = model()
+  assert sorted(layer.keras_embedding_layers) == ["a", "b"]
+  assert (layer.keras_embedding_layers["a"] is
+          layer.keras_embedding_layers["b"])  # one shared table
+  x = {"a": np.array([1, 2]), "b": np.array([1, 1]), "c": np.array([7, 7])}
+  m.train_on_batch(x, np.zeros((2, 1)))
+  small = SMALL_INIT.copy()
+  small[1] -= 0.1 * 3  # Keras SGD on the summed gradient of row 1
+  small[2] -= 0.1
+  np.testing.assert_allclose(
+      layer.keras_embedding_layers["a"].embeddings.numpy(), small, rtol=1e-6)
+  big = BIG_INIT.copy()
+  big[7] -= 0.5 * 2  # tfemb SGD
+  (table,) = layer.tpu_embedding.embedding_tables.values()
+  np.testing.assert_allclose(table.numpy(), big, rtol=1e-6)
+
+
+def test_checkpoints_use_tensorflow_recommenders_names(tmp_path):
+  m, layer = model()
+  m({k: np.array([0]) for k in "abc"})
+  path = tf.train.Checkpoint(layer=layer).save(str(tmp_path / "ckpt"))
+  keys = [k for k, _ in tf.train.list_variables(path)]
+  assert any(k.startswith("layer/_keras_embedding_layers/a/") for k in keys)
+  assert any(k.startswith("layer/_tpu_embedding/") for k in keys)
+  layer.keras_embedding_layers["a"].embeddings.assign(np.ones((8, 4)))
+  tf.train.Checkpoint(layer=layer).restore(path)
+  np.testing.assert_array_equal(
+      layer.keras_embedding_layers["b"].embeddings.numpy(), SMALL_INIT)
+
+
+def test_the_signature_is_tensorflow_recommenders():
+  params = inspect.signature(tfemb.layers.PartialTPUEmbedding).parameters
+  assert list(params) == ["feature_config", "optimizer",
+                          "pipeline_execution_with_tensor_core", "batch_size",
+                          "size_threshold"]
+  assert params["size_threshold"].default == 10_000
+
+
+def test_a_sparse_input_to_a_keras_table_is_refused():
+  _, layer = model()
+  with pytest.raises(ValueError, match="Feature 'a': only tf.Tensor input"):
+    layer({"a": tf.sparse.from_dense([[1]]), "b": tf.constant([1]),
+           "c": tf.constant([1])})
