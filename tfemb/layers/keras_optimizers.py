@@ -64,7 +64,12 @@ class KerasLearningRate:
   def _step(self):
     """The larger of the optimizer's `iterations` and the steps counted."""
     step = self._count()
-    theirs = getattr(self.optimizer, "iterations", None)
+    theirs = None
+    if self.optimizer is not None:
+      # tf_keras' legacy optimizers create `iterations` on first use: out
+      # here, not inside a replica's step of a tf.function.
+      with tf.init_scope():
+        theirs = getattr(self.optimizer, "iterations", None)
     if theirs is not None:
       step = tf.maximum(step, tf.cast(tf.convert_to_tensor(theirs), tf.int64))
     return step

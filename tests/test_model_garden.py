@@ -1,0 +1,53 @@
+"""A real TPU client, unchanged: TensorFlow Model Garden's ranking task
+(`official.recommendation.ranking`, tf-models-official) under
+`tfemb.patch()`, with tf_keras as Model Garden needs. Each run trains an
+experiment's model (small tables, Model Garden's synthetic data) and checks
+that its tables are tfemb's and move, that the embedding optimizer's
+learning rate is Model Garden's schedule at every step, that the loss falls
+and that a checkpoint restores (tests/workers/model_garden_worker.py).
+
+Model Garden is installed by `ci/install_clients.sh` (CI runs it); without
+it these tests are skipped, except in CI, where they fail.
+"""
+
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKER = os.path.join(ROOT, "tests", "workers", "model_garden_worker.py")
+
+if importlib.util.find_spec("official") is None:
+  if os.environ.get("CI"):
+    raise RuntimeError("Model Garden is not installed: run "
+                       "ci/install_clients.sh (ci/setup.sh does).")
+  pytest.skip("Model Garden not installed (bash ci/install_clients.sh)",
+              allow_module_level=True)
+
+
+@pytest.mark.parametrize("experiment,strategy", [
+    ("dlrm_criteo", "default"),
+    ("dlrm_criteo", "mirrored"),
+    ("dlrm_dcn_v2_criteo", "default"),
+])
+def test_model_garden_trains_on_tfemb(experiment, strategy, tmp_path):
+  env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2",
+             PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+  done = subprocess.run([sys.executable, WORKER, experiment, strategy,
+                         str(tmp_path)], capture_output=True, text=True,
+                        env=env, timeout=600, check=False)
+  assert done.returncode == 0, done.stderr[-4000:]
+  result = json.loads(done.stdout.strip().splitlines()[-1])
+  assert result["layer"] == "tfemb.layers.embedding_layer.TPUEmbedding"
+  assert result["replicas"] == (2 if strategy == "mirrored" else 1)
+  assert len(result["moved"]) == 4 and min(result["moved"].values()) > 0
+  for ours, model_gardens in result["rates"]:  # step by step
+    assert ours == pytest.approx(model_gardens, rel=1e-6)
+  losses = result["losses"]
+  assert statistics.mean(losses[-8:]) < statistics.mean(losses[:8])
+  assert result["restored"]

@@ -1,0 +1,95 @@
+"""TensorFlow Model Garden's ranking task (official.recommendation.ranking),
+unchanged, under `tfemb.patch()`: builds an experiment's model with small
+tables, trains it on Model Garden's synthetic data step by step, and
+prints what the test checks as JSON.
+
+`python model_garden_worker.py EXPERIMENT STRATEGY CHECKPOINT_DIR`
+(STRATEGY: default or mirrored, over 2 logical CPUs). Needs tf_keras
+(`TF_USE_LEGACY_KERAS=1`), as Model Garden does.
+"""
+
+import json
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+import tfemb
+
+tfemb.patch()
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from official.core import exp_factory
+from official.recommendation.ranking import common
+from official.recommendation.ranking import task as ranking_task
+import tfemb.layers
+# pylint: enable=g-import-not-at-top,wrong-import-position
+
+STEPS = 40
+
+
+def make_task(experiment):
+  params = exp_factory.get_exp_config(experiment)
+  model = params.task.model
+  model.vocab_sizes = [40, 70, 25, 90]
+  model.num_dense_features = 5
+  model.embedding_dim = 8
+  model.bottom_mlp = [16, 8]
+  model.top_mlp = [16, 1]
+  model.size_threshold = 0  # every table through the TPU embedding layer
+  model.dcn_low_rank_dim = 8
+  params.task.use_synthetic_data = True
+  params.task.train_data.global_batch_size = 64
+  lr = params.trainer.optimizer_config.lr_config
+  lr.learning_rate = 8.0
+  lr.warmup_steps, lr.decay_start_steps, lr.decay_steps = 4, 20, 16
+  return params, ranking_task.RankingTask(params.task, params.trainer)
+
+
+def tables(layer):
+  return {t.name: v.numpy() for t, v in layer.embedding_tables.items()}
+
+
+def main(experiment, strategy_name, checkpoint_dir):
+  tf.config.set_logical_device_configuration(
+      tf.config.list_physical_devices("CPU")[0],
+      [tf.config.LogicalDeviceConfiguration()] * 2)
+  strategy = (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+              if strategy_name == "mirrored" else tf.distribute.get_strategy())
+  params, task = make_task(experiment)
+  with strategy.scope():
+    model = task.build_model()
+  dataset = task.build_inputs(params.task.train_data)
+  embedding = model._embedding_layer  # pylint: disable=protected-access
+  layer = getattr(embedding, "tpu_embedding", embedding)
+  batches = iter(dataset.repeat())
+  model.train_on_batch(*next(batches))  # builds the tables
+  first = tables(layer)
+  schedule = common.WarmUpAndPolyDecay(
+      batch_size=64, decay_exp=2, learning_rate=8.0, warmup_steps=4,
+      decay_steps=16, decay_start_steps=20)
+  rates, losses = [], []
+  (opt,) = {ours.optimizer for _, ours in layer._table_config_map}  # pylint: disable=protected-access
+  for step in range(1, STEPS):
+    rates.append([float(opt.learning_rate()), float(schedule(step))])
+    losses.append(float(model.train_on_batch(*next(batches), return_dict=True)["loss"]))
+  last = tables(layer)
+  path = tf.train.Checkpoint(model=model).save(checkpoint_dir + "/ckpt")
+  with strategy.scope():
+    again = make_task(experiment)[1].build_model()
+  again.train_on_batch(*next(iter(dataset)))
+  tf.train.Checkpoint(model=again).restore(path)
+  again_embedding = again._embedding_layer  # pylint: disable=protected-access
+  restored = tables(getattr(again_embedding, "tpu_embedding", again_embedding))
+  print(json.dumps({
+      "layer": type(layer).__module__ + "." + type(layer).__name__,
+      "replicas": strategy.num_replicas_in_sync,
+      "moved": {n: float(np.abs(last[n] - first[n]).max()) for n in first},
+      "restored": all(np.array_equal(restored[n], last[n]) for n in last),
+      "rates": rates,
+      "losses": losses,
+  }))
+
+
+if __name__ == "__main__":
+  main(*sys.argv[1:])
