@@ -270,7 +270,8 @@ def _run(script, *args):
 
 def _case_names():
   names = []
-  for line in _SCRIPT.split("CASES = {", 1)[1].split("\n}\n", 1)[0].splitlines():
+  cases = _SCRIPT.split("CASES = {", 1)[1].split("\n}\n", 1)[0]
+  for line in cases.splitlines():
     line = line.strip()
     if line.startswith('"') and '":' in line:
       names.append(line.split('"')[1])
@@ -322,7 +323,8 @@ def test_shape_functions_refuse_wrong_ranks_when_traced():
 import json
 traced = {
     "gather": lambda: tf.function(
-        lambda: gather(T, [tf.zeros([2, 2], tf.int64)])).get_concrete_function(),
+        lambda: gather(T, [tf.zeros([2, 2], tf.int64)])
+    ).get_concrete_function(),
     "row_gradients": lambda: tf.function(
         lambda: row_gradients(tf.ones([2]), ids(0, 0), ids(1))
     ).get_concrete_function(),

@@ -168,6 +168,17 @@ def as_input(x):
   return tf.convert_to_tensor(x)  # numpy arrays, lists, variables
 
 
+def _after(checks, x):
+  """Sparse or ragged `x` whose indices, splits and values come after
+  `checks` (its dense_shape as it was: it carries the static shape)."""
+  with tf.control_dependencies(checks):
+    if isinstance(x, tf.SparseTensor):
+      return tf.SparseTensor(tf.identity(x.indices), tf.identity(x.values),
+                             x.dense_shape)
+    return tf.RaggedTensor.from_row_splits(
+        tf.identity(x.values), tf.identity(x.row_splits), validate=False)
+
+
 def to_lookup(path, x, w, feature, serving=False,
               fixed_shape=None) -> Lookup:
   """Validates one feature's input (and weights) and flattens it.
@@ -212,7 +223,11 @@ def to_lookup(path, x, w, feature, serving=False,
   if (not output_shape and kind == "ragged" and fixed_shape is not None and
       feature.max_sequence_length == 0 and (fixed_shape.rank or 0) > 1):
     output_shape = fixed_shape
-  checks = []
+  # Whatever validate_weights_and_indices says: every op on the input's
+  # indices or splits (and so every other check) waits for it.
+  checks = validation.input_structure(path, feature.table.name, x)
+  if checks:
+    x = _after(checks, x)
   if feature.validate_weights_and_indices and kind != "dense":
     if kind == "sparse":
       checks += validation.sparse_order(path, x)
