@@ -107,6 +107,13 @@ def test_random_bytes_name_the_file_that_is_not_a_checkpoint(tmp_path):
   assert_refused([noise, "-o", out], noise, "not a TensorFlow checkpoint")
   assert_refused([str(tmp_path / "absent"), "-o", out],
                  str(tmp_path / "absent"), "no checkpoint here")
+  model_dir = tmp_path / "model_dir"  # a directory's state file, damaged
+  model_dir.mkdir()
+  (model_dir / "checkpoint").write_bytes(b"\xc6\x00" + rng.bytes(100))
+  assert_refused([str(model_dir), "-o", out], str(model_dir / "checkpoint"),
+                 "not a checkpoint state file")
+  assert_refused([str(model_dir), "--list"], str(model_dir / "checkpoint"),
+                 "not a checkpoint state file")
   assert_no_output(out)
 
 

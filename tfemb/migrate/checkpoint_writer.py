@@ -27,6 +27,9 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 from tensorflow.python.checkpoint import checkpoint_management
 from tensorflow.python.trackable import trackable_utils
 
+from tfemb.migrate import errors
+from tfemb.migrate import row_reader
+
 _VALUE = "VARIABLE_VALUE"
 _SAVE_COUNTER = "save_counter"
 
@@ -142,15 +145,13 @@ def record_latest(prefix: str) -> bool:
   returns False then."""
   path = os.path.abspath(prefix)
   directory = os.path.dirname(path)
-  if os.path.exists(os.path.join(directory, "checkpoint")):
-    try:
-      state = checkpoint_management.get_checkpoint_state(directory)
-    except (ValueError, OSError, tf.errors.OpError):
-      return False  # not ours to repair
-    latest = state and state.model_checkpoint_path
-    if not latest or os.path.abspath(
-        os.path.join(directory, latest)) != path:
-      return False
+  try:
+    state = row_reader.checkpoint_state(directory)
+  except errors.ConversionError:
+    return False  # not ours to repair
+  if state is not None and os.path.abspath(os.path.join(
+      directory, state.model_checkpoint_path)) != path:
+    return False
   checkpoint_management.update_checkpoint_state_internal(
       directory, path, all_model_checkpoint_paths=[path],
       save_relative_paths=True)

@@ -16,8 +16,6 @@ import sys
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional
 
-import tensorflow as tf
-
 from tfemb.migrate import checkpoint_writer
 from tfemb.migrate import errors
 from tfemb.migrate import estimator_names
@@ -32,13 +30,7 @@ def print_progress(message: str):
 
 def resolve_input(path: str) -> str:
   """A checkpoint prefix, or the latest checkpoint of a directory."""
-  if os.path.isdir(path):
-    latest = tf.train.latest_checkpoint(path)
-    if latest is None:
-      raise errors.ConversionError(path, "no checkpoint in this directory "
-                                   "(no 'checkpoint' file naming one).")
-    return latest
-  return path
+  return row_reader.latest(path) if os.path.isdir(path) else path
 
 
 class TablePlan(NamedTuple):

@@ -18,6 +18,8 @@ from typing import Iterator, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow.python.training import checkpoint_state_pb2  # pylint: disable=g-direct-tensorflow-import
 
 from tfemb.migrate import errors
 
@@ -25,6 +27,33 @@ from tfemb.migrate import errors
 def _partition_sizes(rows: int, parts: int) -> List[int]:
   """`fixed_size_partitioner`'s row counts."""
   return [rows // parts + (1 if p < rows % parts else 0) for p in range(parts)]
+
+
+def checkpoint_state(directory: str
+                    ) -> Optional[checkpoint_state_pb2.CheckpointState]:
+  """The directory's `checkpoint` file, parsed; None if it has none.
+  (`tf.train.get_checkpoint_state` logs and ignores a damaged one.)"""
+  path = os.path.join(directory, "checkpoint")
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path, "rb") as f:
+      return text_format.Parse(f.read().decode("utf-8"),
+                               checkpoint_state_pb2.CheckpointState())
+  except (OSError, ValueError, text_format.ParseError) as e:
+    raise errors.ConversionError(
+        path, f"not a checkpoint state file ({errors.first_line(e)})"
+    ) from None
+
+
+def latest(directory: str) -> str:
+  """The prefix the directory's `checkpoint` file names as the latest."""
+  state = checkpoint_state(directory)
+  if state is None or not state.model_checkpoint_path:
+    raise errors.ConversionError(
+        directory, "no checkpoint in this directory (no 'checkpoint' file "
+        "naming one); give a checkpoint prefix.")
+  return os.path.join(directory, state.model_checkpoint_path)
 
 
 def _reason(message: str) -> str:
