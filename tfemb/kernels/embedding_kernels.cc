@@ -12,6 +12,10 @@
 //                      of a table and its slots, in place: clip g, the
 //                      optimizer's rule, decoupled weight decay, clip w.
 //
+// Each op checks its inputs' shapes and dtypes and its attributes before
+// it reads or writes a variable, returning InvalidArgumentError: TensorFlow
+// would abort the process on a tensor read as another shape or dtype.
+//
 // A table's slots may also sit beside its parameters in one variable of
 // [rows, (1 + slots) x dim] (parameters first, then the slots in the
 // optimizer's order): TfembDedupGather's `row_width` and TfembApplyRows'
