@@ -415,3 +415,15 @@ def test_sparse_indices_outside_the_dense_shape_never_train(
   for key, value in before.items():
     np.testing.assert_array_equal(snapshot(embedding)[key], value,
                                   err_msg=key)
+
+
+def test_direct_lookups_refuse_indices_outside_the_dense_shape(engine_path):
+  del engine_path  # every path
+  table = tfemb.TableConfig(10, 2, name="t")
+  embedding = tfemb.TPUEmbedding(
+      {"f": tfemb.FeatureConfig(table, validate_weights_and_indices=False)},
+      tfemb.SGD(0.1))
+  with pytest.raises(E, match=outside("f", "t")):
+    embedding({"f": sparse_from([[0, 0], [3, 0]], [1, 2], [2, 2])})
+  with pytest.raises(E, match=bad_splits("f", "t")):
+    embedding({"f": ragged_from([1, 2, 3], [0, 2, 1, 3])})

@@ -168,6 +168,15 @@ def as_input(x):
   return tf.convert_to_tensor(x)  # numpy arrays, lists, variables
 
 
+def structure_checked(path, x, table_name):
+  """`(x, checks)`: TensorFlow's own requirements of a sparse or ragged
+  input (`validation.input_structure`), and `x` rebuilt so that every op on
+  its indices, splits or values waits for them. Whatever
+  validate_weights_and_indices says: they decide each id's example."""
+  checks = validation.input_structure(path, table_name, x)
+  return (_after(checks, x) if checks else x), checks
+
+
 def _after(checks, x):
   """Sparse or ragged `x` whose indices, splits and values come after
   `checks` (its dense_shape as it was: it carries the static shape)."""
@@ -223,11 +232,7 @@ def to_lookup(path, x, w, feature, serving=False,
   if (not output_shape and kind == "ragged" and fixed_shape is not None and
       feature.max_sequence_length == 0 and (fixed_shape.rank or 0) > 1):
     output_shape = fixed_shape
-  # Whatever validate_weights_and_indices says: every op on the input's
-  # indices or splits (and so every other check) waits for it.
-  checks = validation.input_structure(path, feature.table.name, x)
-  if checks:
-    x = _after(checks, x)
+  x, checks = structure_checked(path, x, feature.table.name)
   if feature.validate_weights_and_indices and kind != "dense":
     if kind == "sparse":
       checks += validation.sparse_order(path, x)
