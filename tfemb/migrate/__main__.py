@@ -41,7 +41,6 @@ class _Parser(argparse.ArgumentParser):
     self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-
 def _parse_table(text):
   variable, _, table = text.partition("=")
   if not variable:
