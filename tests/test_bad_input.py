@@ -16,6 +16,9 @@ import tfemb
 GOOD_SPARSE = [[1, 2], [3], [], [4, 4]]
 GOOD_RAGGED = [[0, 1], [2], [3, 5, 7], []]
 E = tf.errors.InvalidArgumentError
+# Refused when the step runs; or, for constants a tf.function's trace
+# already sees, when it is traced (ValueError, as TensorFlow raises there).
+STATIC = (E, ValueError)
 
 
 def make_embedding():
@@ -66,6 +69,23 @@ def replace(structure, **changes):
 def sparse_from(indices, values, shape):
   return tf.SparseTensor(np.asarray(indices, np.int64),
                          tf.constant(values, tf.int64), shape)
+
+
+def ragged_from(values, splits):
+  """A RaggedTensor built without TensorFlow's own check of its splits."""
+  return tf.RaggedTensor.from_row_splits(tf.constant(values, tf.int64),
+                                         tf.constant(splits, tf.int64),
+                                         validate=False)
+
+
+def outside(feature, table):
+  return (rf"Feature \W*{feature}\W* \(table \W*{table}\W*\): every "
+          r"SparseTensor index must be in \[0, dense_shape\)")
+
+
+def bad_splits(feature, table):
+  return (rf"Feature \W*{feature}\W* \(table \W*{table}\W*\): the "
+          r"RaggedTensor\W*s row_splits must start at 0, never decrease")
 
 
 # name: (features/weights mutation, run, expected error, message pattern)
@@ -135,6 +155,27 @@ CASES = {
     "sparse_duplicate_indices": (
         bad_features(s=sparse_from([[0, 0], [0, 0], [3, 0]], [1, 2, 3],
                                    [4, 2])), E, r"Feature \W*s\W*: .*duplicates"),
+    "sparse_row_beyond_dense_shape": (
+        bad_features(s=sparse_from([[0, 0], [1, 0], [4, 0]], [1, 2, 3],
+                                   [4, 2])), STATIC, outside("s", "a")),
+    "sparse_negative_row": (
+        bad_features(s=sparse_from([[-1, 0], [1, 0]], [1, 2], [4, 2])),
+        STATIC, outside("s", "a")),
+    "sparse_column_beyond_dense_shape": (
+        bad_features(s=sparse_from([[0, 0], [1, 5]], [1, 2], [4, 2])),
+        STATIC, outside("s", "a")),
+    "ragged_decreasing_row_splits": (
+        bad_features(r=ragged_from([0, 1, 2, 3, 5, 7], [0, 3, 2, 5, 6])),
+        STATIC, bad_splits("r", "b")),
+    "ragged_row_splits_past_the_values": (
+        bad_features(r=ragged_from([0, 1, 2, 3, 5, 7], [0, 2, 3, 6, 7])),
+        STATIC, bad_splits("r", "b")),
+    "ragged_row_splits_not_from_zero": (
+        bad_features(r=ragged_from([0, 1, 2, 3, 5, 7], [1, 2, 3, 4, 6])),
+        STATIC, bad_splits("r", "b")),
+    "ragged_sequence_decreasing_row_splits": (
+        bad_features(q=ragged_from([0, 1, 2, 3, 5, 7], [0, 3, 2, 5, 6])),
+        STATIC, bad_splits("q", "b")),
     "batch_size_other_than_built": (
         bad_features(d=tf.constant([1, 2, 3, 4, 5], tf.int64)), ValueError,
         r"Inconsistent shape.*feature d"),
@@ -321,3 +362,68 @@ def test_non_finite_gradients_can_skip_the_step(mode, engine_path):
                             before["b/parameters"])
   with pytest.raises(ValueError, match="'raise' or 'skip'"):
     embedding.non_finite_gradients = "ignore"
+
+
+# The shapes of the issue's tensors TensorFlow refuses, on a feature of
+# their own: (input, max_sequence_length, the example it used to land in).
+OUTSIDE_DENSE_SHAPE = {
+    # Index (0, 2) of a [2, 2] batch: was looked up as example (1, 0).
+    "rank_3_inner_index_beyond": (
+        lambda: sparse_from([[0, 2, 0]], [3], [2, 2, 3]), 0),
+    # Index -1 of example 1's sequence: was position 2 of example 0.
+    "sequence_position_negative": (
+        lambda: sparse_from([[1, -1]], [3], [2, 3]), 3),
+    "sequence_position_beyond": (
+        lambda: sparse_from([[0, 3]], [3], [2, 3]), 3),
+}
+
+
+@pytest.mark.parametrize("validate", [True, False],
+                         ids=["validated", "not_validated"])
+@pytest.mark.parametrize("mode", ["eager", "function", "function_argument"])
+@pytest.mark.parametrize("name", list(OUTSIDE_DENSE_SHAPE))
+def test_sparse_indices_outside_the_dense_shape_never_train(
+    name, mode, validate, engine_path):
+  """Refused with an error naming the feature and table, whatever
+  validate_weights_and_indices says: the index decides the example."""
+  del engine_path  # every path
+  make, length = OUTSIDE_DENSE_SHAPE[name]
+  table = tfemb.TableConfig(10, 2, name="t", optimizer=tfemb.Adagrad(0.1))
+  embedding = tfemb.TPUEmbedding(
+      {"f": tfemb.FeatureConfig(table, max_sequence_length=length,
+                                validate_weights_and_indices=validate)},
+      tfemb.SGD(0.1))
+  good = (sparse_from([[0, 0, 0], [1, 1, 2]], [3, 4], [2, 2, 3])
+          if name.startswith("rank_3") else
+          sparse_from([[0, 0], [1, 1]], [3, 4], [2, 3]))
+  step(embedding, {"f": good}, None)
+  before = snapshot(embedding)
+
+  def attempt(x):
+    step(embedding, {"f": x}, None)
+
+  # A constant in a traced function is refused as it is traced; a tensor
+  # the function takes, when it runs.
+  with pytest.raises(ValueError if mode == "function" else E,
+                     match=outside("f", "t")):
+    if mode == "function":
+      tf.function(lambda: attempt(make()))()
+    elif mode == "function_argument":
+      tf.function(attempt)(make())
+    else:
+      attempt(make())
+  for key, value in before.items():
+    np.testing.assert_array_equal(snapshot(embedding)[key], value,
+                                  err_msg=key)
+
+
+def test_direct_lookups_refuse_indices_outside_the_dense_shape(engine_path):
+  del engine_path  # every path
+  table = tfemb.TableConfig(10, 2, name="t")
+  embedding = tfemb.TPUEmbedding(
+      {"f": tfemb.FeatureConfig(table, validate_weights_and_indices=False)},
+      tfemb.SGD(0.1))
+  with pytest.raises(E, match=outside("f", "t")):
+    embedding({"f": sparse_from([[0, 0], [3, 0]], [1, 2], [2, 2])})
+  with pytest.raises(E, match=bad_splits("f", "t")):
+    embedding({"f": ragged_from([1, 2, 3], [0, 2, 1, 3])})

@@ -272,7 +272,7 @@ def test_errors_name_the_variable(tmp_path):
     migrate.convert_checkpoint(old, str(tmp_path / "new"),
                                tables={USER: "t", "dense/kernel": "t"},
                                progress=None)
-  with pytest.raises(ValueError, match="No embedding tables found"):
+  with pytest.raises(ValueError, match="no embedding tables found"):
     migrate.convert_checkpoint(old, str(tmp_path / "new"), tables={},
                                progress=None)
   assert not os.path.exists(str(tmp_path / "new.partial"))
@@ -292,9 +292,12 @@ def test_cli_lists_converts_and_reports_progress(tmp_path, capsys):
   printed = capsys.readouterr().out
   assert f"[2/2] {VIDEO} -> videos: {VOCAB} x {DIM}, FTRL" in printed
   assert f"tbl_user: {VOCAB}/{VOCAB} rows (100%)" in printed
-  assert tf.train.latest_checkpoint(str(tmp_path)) == out
-  with pytest.raises(ValueError, match="exists; pass overwrite=True"):
-    cli.main([old, "-o", out])
+  # The source's directory: its `checkpoint` file still names the source.
+  assert tf.train.latest_checkpoint(str(tmp_path)) == old
+  assert "checkpoint names another checkpoint and was left" in printed
+  assert cli.main([old, "-o", out]) == 1
+  assert "a checkpoint exists here; pass overwrite=True" in (
+      capsys.readouterr().err)
   assert cli.main([old, "-o", out, "--overwrite", "-q"] + tables) == 0
   assert capsys.readouterr().out == ""
   embedding = tfemb.TPUEmbedding(

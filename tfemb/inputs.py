@@ -168,6 +168,26 @@ def as_input(x):
   return tf.convert_to_tensor(x)  # numpy arrays, lists, variables
 
 
+def structure_checked(path, x, table_name):
+  """`(x, checks)`: TensorFlow's own requirements of a sparse or ragged
+  input (`validation.input_structure`), and `x` rebuilt so that every op on
+  its indices, splits or values waits for them. Whatever
+  validate_weights_and_indices says: they decide each id's example."""
+  checks = validation.input_structure(path, table_name, x)
+  return (_after(checks, x) if checks else x), checks
+
+
+def _after(checks, x):
+  """Sparse or ragged `x` whose indices, splits and values come after
+  `checks` (its dense_shape as it was: it carries the static shape)."""
+  with tf.control_dependencies(checks):
+    if isinstance(x, tf.SparseTensor):
+      return tf.SparseTensor(tf.identity(x.indices), tf.identity(x.values),
+                             x.dense_shape)
+    return tf.RaggedTensor.from_row_splits(
+        tf.identity(x.values), tf.identity(x.row_splits), validate=False)
+
+
 def to_lookup(path, x, w, feature, serving=False,
               fixed_shape=None) -> Lookup:
   """Validates one feature's input (and weights) and flattens it.
@@ -212,7 +232,7 @@ def to_lookup(path, x, w, feature, serving=False,
   if (not output_shape and kind == "ragged" and fixed_shape is not None and
       feature.max_sequence_length == 0 and (fixed_shape.rank or 0) > 1):
     output_shape = fixed_shape
-  checks = []
+  x, checks = structure_checked(path, x, feature.table.name)
   if feature.validate_weights_and_indices and kind != "dense":
     if kind == "sparse":
       checks += validation.sparse_order(path, x)

@@ -12,7 +12,11 @@ for speed. Then, on TensorFlow's ops, an id >= vocabulary_size still fails
 in the CPU gather (with TensorFlow's message, which does not name the
 feature) but reads zeros on a GPU, and a negative id or a mismatched weight
 is not caught. The fused CPU kernels (`tfemb.kernels`) check the id range
-of every training lookup themselves, whatever the flag.
+of every training lookup themselves, whatever the flag. The structure of
+the input itself (`input_structure`: sparse indices inside the dense
+shape, valid ragged row splits) is checked whatever the flag: a tensor
+TensorFlow's own ops refuse would otherwise put an id into another
+example.
 
 Each check is one `Assert` op on a condition computed with a few cheap ops
 (not `tf.debugging.assert_*`, whose graph form wraps the assertion in a
@@ -55,6 +59,52 @@ def id_range(path, ids, vocabulary_size) -> List[tf.Operation]:
   # As unsigned numbers, negative ids are above any vocabulary size.
   return _assert(
       tf.reduce_all(tf.cast(ids, tf.uint64) < vocabulary_size), message)
+
+
+def input_structure(path, table_name, x) -> List[tf.Operation]:
+  """What TensorFlow's own ops require of a sparse or ragged tensor: every
+  SparseTensor index in `[0, dense_shape)`, in each dimension; ragged row
+  splits that start at 0, never decrease and end at the number of values.
+  Nothing for a dense tensor."""
+  where = f"Feature {path!r} (table {table_name!r})"
+  if isinstance(x, tf.SparseTensor):
+    parts, check = (x.indices, x.dense_shape), _sparse_inside
+    static = [tf.get_static_value(p) for p in parts]
+    message = (f"{where}: every SparseTensor index must be in [0, "
+               "dense_shape) in each dimension (as tf.sparse ops require); "
+               "an index outside would be looked up in another example.")
+  elif isinstance(x, tf.RaggedTensor):
+    parts, check = (x.row_splits, tf.shape(x.values)[0]), _splits_valid
+    static = [tf.get_static_value(x.row_splits), x.values.shape[0]]
+    message = (f"{where}: the RaggedTensor's row_splits must start at 0, "
+               "never decrease and end at the number of values (as "
+               "tf.RaggedTensor.from_row_splits(validate=True) requires).")
+  else:
+    return []
+  if not tf.executing_eagerly() and all(v is not None for v in static):
+    # Known while tracing (constants): later ops' static shapes may
+    # already disagree, and the trace would fail with TensorFlow's message.
+    with tf.init_scope():  # eagerly, outside the graph
+      valid = bool(check(*[tf.constant(v) for v in static]))
+    if not valid:
+      raise ValueError(message)
+    return []
+  return _assert(check(*parts), message)
+
+
+def _sparse_inside(indices, dense_shape) -> tf.Tensor:
+  # As unsigned numbers, negative indices are above any dimension.
+  return tf.reduce_all(
+      tf.cast(indices, tf.uint64) < tf.cast(dense_shape, tf.uint64))
+
+
+def _splits_valid(splits, num_values) -> tf.Tensor:
+  # Slices, not splits[0] and splits[-1]: empty splits must fail here.
+  return tf.reduce_all(tf.stack([
+      tf.size(splits) > 0,
+      tf.reduce_all(tf.equal(splits[:1], 0)),
+      tf.reduce_all(tf.equal(splits[-1:], tf.cast(num_values, splits.dtype))),
+      tf.reduce_all(splits[1:] >= splits[:-1])]))
 
 
 def sparse_order(path, x: tf.SparseTensor) -> List[tf.Operation]:

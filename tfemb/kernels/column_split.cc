@@ -216,6 +216,10 @@ class SplitColumnsOp : public OpKernel {
  public:
   explicit SplitColumnsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("parts", &parts_));
+    OP_REQUIRES(ctx, parts_ >= 1,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "TfembSplitColumns: parts must be at least 1; got ",
+                    parts_)));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -309,6 +313,7 @@ REGISTER_OP("TfembSplitColumns")
     .SetShapeFn([](InferenceContext* c) {
       int64_t parts;
       TF_RETURN_IF_ERROR(c->GetAttr("parts", &parts));
+      if (parts < 1) return absl::InvalidArgumentError("parts below 1");
       c->set_output(0, c->MakeShape({c->MakeDim(parts), c->UnknownDim(),
                                      c->UnknownDim()}));
       return absl::OkStatus();

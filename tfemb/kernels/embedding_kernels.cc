@@ -12,6 +12,10 @@
 //                      of a table and its slots, in place: clip g, the
 //                      optimizer's rule, decoupled weight decay, clip w.
 //
+// Each op checks its inputs' shapes and dtypes and its attributes before
+// it reads or writes a variable, returning InvalidArgumentError: TensorFlow
+// would abort the process on a tensor read as another shape or dtype.
+//
 // A table's slots may also sit beside its parameters in one variable of
 // [rows, (1 + slots) x dim] (parameters first, then the slots in the
 // optimizer's order): TfembDedupGather's `row_width` and TfembApplyRows'
@@ -61,7 +65,10 @@ using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
 using ::tensorflow::Var;
 using ::tensorflow::core::RefCountPtr;
+using ::tensorflow::TensorShapeUtils;
+using ::tensorflow::shape_inference::DimensionHandle;
 using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
 using CPUDevice = Eigen::ThreadPoolDevice;
 
 #ifndef MADV_COLLAPSE
@@ -118,16 +125,40 @@ void BackWithHugePages(const Var* var, const Tensor& t) {
   madvise(at, end - start, MADV_COLLAPSE);
 }
 
+// --- input checks ------------------------------------------------------------
+
+// OK if `var` holds an initialized float32 matrix. Checked before anything
+// reads it as float (EnsureSparseVariableAccess<float> included, whose copy
+// of a buffer of another dtype would abort the process).
+// `what` names the variable in the error.
+absl::Status CheckFloatMatrix(Var* var, const std::string& what) {
+  ::tensorflow::tf_shared_lock lock(*var->mu());
+  const Tensor& t = *var->tensor();
+  if (!t.IsInitialized() || t.dtype() != ::tensorflow::DT_FLOAT ||
+      t.dims() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " must be an initialized float32 matrix; got ",
+        ::tensorflow::DataTypeString(t.dtype()), " ",
+        t.shape().DebugString()));
+  }
+  return absl::OkStatus();
+}
+
 // --- shape functions -------------------------------------------------------
 
 absl::Status DedupGatherShape(InferenceContext* c) {
   int64_t dim;
   TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
+  if (dim < 1) return absl::InvalidArgumentError("dim must be at least 1");
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 0, &unused));
   int64_t total = 0;
   bool known = true;
   for (int i = 1; i < c->num_inputs(); ++i) {
-    auto n = c->Dim(c->input(i), 0);
-    if (!c->RankKnown(c->input(i)) || !c->ValueKnown(n)) {
+    ShapeHandle ids;
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 1, &ids));
+    auto n = c->Dim(ids, 0);
+    if (!c->ValueKnown(n)) {
       known = false;
     } else {
       total += c->Value(n);
@@ -141,8 +172,13 @@ absl::Status DedupGatherShape(InferenceContext* c) {
 }
 
 absl::Status RowGradientsShape(InferenceContext* c) {
-  auto dim = c->Dim(c->input(0), 1);
-  c->set_output(0, c->Matrix(c->Dim(c->input(2), 0), dim));
+  ShapeHandle grads, positions, unique_ids;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &grads));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &positions));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &unique_ids));
+  DimensionHandle n;
+  TF_RETURN_IF_ERROR(c->Merge(c->Dim(grads, 0), c->Dim(positions, 0), &n));
+  c->set_output(0, c->Matrix(c->Dim(unique_ids, 0), c->Dim(grads, 1)));
   c->set_output(1, c->Scalar());
   return absl::OkStatus();
 }
@@ -236,15 +272,29 @@ class DedupGatherOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &table_name_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("row_width", &row_width_));
     if (row_width_ == 0) row_width_ = dim_;
+    OP_REQUIRES(ctx, dim_ >= 1 && vocabulary_size_ >= 0,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Table '", table_name_, "': dim must be at least 1 and "
+                    "vocabulary_size at least 0; got ", dim_, " and ",
+                    vocabulary_size_)));
     OP_REQUIRES(ctx, row_width_ >= dim_,
                 absl::InvalidArgumentError("row_width below dim"));
+    OP_REQUIRES(ctx,
+                static_cast<int>(feature_names_.size()) ==
+                    ctx->num_inputs() - 1,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Table '", table_name_, "': ", feature_names_.size(),
+                    " feature names for ", ctx->num_inputs() - 1,
+                    " id tensors")));
     std::vector<int64_t> stacked;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("stacked", &stacked));
-    OP_REQUIRES(ctx, stacked.empty() || (stacked.size() == 5 &&
-                                         stacked[1] > 0 && stacked[2] > 0),
+    OP_REQUIRES(ctx, stacked.empty() ||
+                         (stacked.size() == 5 && stacked[0] >= 0 &&
+                          stacked[1] > 0 && stacked[2] > 0 &&
+                          stacked[3] >= 0 && stacked[4] >= 0),
                 absl::InvalidArgumentError(
                     "stacked: [rows, sparse cores, rows per sparse core, "
-                    "row offset, rotation]"));
+                    "row offset, rotation], none negative"));
     if (!stacked.empty()) {
       rows_ = stacked[0];
       cores_ = stacked[1];
@@ -265,7 +315,10 @@ class DedupGatherOp : public OpKernel {
     for (int f = 0; f < num_features; ++f) {
       const Tensor& ids = ctx->input(f + 1);
       OP_REQUIRES(ctx, ids.dims() == 1,
-                  absl::InvalidArgumentError("ids must be a vector"));
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "Feature '", feature_names_[f],
+                      "': ids must be a vector; got ",
+                      ids.shape().DebugString())));
       const int64_t* v = ids.flat<int64_t>().data();
       for (int64_t i = 0; i < ids.NumElements(); ++i) {
         if (v[i] < 0 || v[i] >= vocabulary_size_) {
@@ -273,6 +326,13 @@ class DedupGatherOp : public OpKernel {
               "Feature '", feature_names_[f], "': ids must be in [0, ",
               vocabulary_size_, ") (the table's vocabulary_size); got ",
               v[i], " at position ", i, ".")));
+          return;
+        }
+        const int64_t row = Row(v[i]);
+        if (row < 0 || row >= rows_) {  // a stacking that does not fit
+          ctx->SetStatus(absl::InvalidArgumentError(absl::StrCat(
+              "Table '", table_name_, "': id ", v[i], " maps to row ", row,
+              ", outside the variable's ", rows_, " rows.")));
           return;
         }
       }
@@ -308,6 +368,9 @@ class DedupGatherOp : public OpKernel {
                                              &rows));
     RefCountPtr<Var> var;
     OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, 0), &var));
+    OP_REQUIRES_OK(ctx, CheckFloatMatrix(
+                            var.get(), absl::StrCat("Table '", table_name_,
+                                                    "': the variable")));
     OP_REQUIRES_OK(ctx, ::tensorflow::EnsureSparseVariableAccess<
                             CPUDevice, float>(ctx, var.get()));
     // First each distinct row once, in the order of the distinct ids, into
@@ -446,9 +509,17 @@ class WriteColumnsOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     const Tensor& value = ctx->input(1);
+    OP_REQUIRES(ctx, TensorShapeUtils::IsScalar(ctx->input(2).shape()) &&
+                         value.dims() == 2,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "TfembWriteColumns: a scalar row and a matrix value; got ",
+                    ctx->input(2).shape().DebugString(), " and ",
+                    value.shape().DebugString())));
     const int64_t row = ctx->input(2).scalar<int64_t>()();
     RefCountPtr<Var> var;
     OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, 0), &var));
+    OP_REQUIRES_OK(ctx, CheckFloatMatrix(
+                            var.get(), "TfembWriteColumns: the variable"));
     // As TensorFlow's sparse updates: readers copy from now on, and a
     // buffer someone still reads is copied before it is written.
     OP_REQUIRES_OK(ctx, ::tensorflow::EnsureSparseVariableAccess<
@@ -509,6 +580,7 @@ class RowGradientsOp : public OpKernel {
     const int64_t u = ctx->input(2).NumElements();
     OP_REQUIRES(ctx,
                 grads.dims() == 2 && positions.dims() == 1 &&
+                    ctx->input(2).dims() == 1 &&
                     grads.dim_size(0) == positions.dim_size(0),
                 absl::InvalidArgumentError(absl::StrCat(
                     "Table '", table_name_, "': gradients ",
@@ -523,7 +595,9 @@ class RowGradientsOp : public OpKernel {
     const int64_t* pos = positions.flat<int64_t>().data();
     for (int64_t i = 0; i < n; ++i) {
       OP_REQUIRES(ctx, pos[i] >= 0 && pos[i] < u,
-                  absl::InvalidArgumentError("position out of range"));
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "Table '", table_name_, "': position ", pos[i],
+                      " outside [0, ", u, ") (the distinct ids)")));
     }
     WithWidth(dim, [&](auto width) {
       const int64_t w = Width<decltype(width)::value>(dim);
@@ -822,10 +896,20 @@ class ApplyRowsOp : public OpKernel {
     const int num_vars = ctx->num_inputs() - 3;  // parameters + slots
     const Tensor& ids = ctx->input(num_vars);
     const Tensor& grads = ctx->input(num_vars + 1);
+    const Tensor& lr = ctx->input(num_vars + 2);
+    OP_REQUIRES(ctx, TensorShapeUtils::IsScalar(lr.shape()),
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Table '", table_name_,
+                    "': the learning rate must be a scalar; got shape ",
+                    lr.shape().DebugString())));
     Update p = p_;
-    p.lr = ctx->input(num_vars + 2).scalar<float>()();
+    p.lr = lr.scalar<float>()();
     if (decay_by_lr_) p.decay = p.decay * p.lr;
     const int64_t u = ids.NumElements();
+    OP_REQUIRES(ctx, ids.dims() == 1,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Table '", table_name_, "': ids must be a vector; got ",
+                    ids.shape().DebugString())));
     OP_REQUIRES(ctx,
                 grads.dims() == 2 && grads.dim_size(0) == u,
                 absl::InvalidArgumentError(absl::StrCat(
@@ -837,6 +921,10 @@ class ApplyRowsOp : public OpKernel {
     for (int i = 0; i < num_vars; ++i) {
       OP_REQUIRES_OK(ctx,
                      LookupResource(ctx, HandleFromInput(ctx, i), &vars[i]));
+      OP_REQUIRES_OK(ctx, CheckFloatMatrix(
+                              vars[i].get(),
+                              absl::StrCat("Table '", table_name_,
+                                           "': variable ", i)));
       OP_REQUIRES_OK(ctx, ::tensorflow::EnsureSparseVariableAccess<
                               CPUDevice, float>(ctx, vars[i].get()));
     }
@@ -941,6 +1029,7 @@ REGISTER_OP("TfembReadColumns")
     .SetShapeFn([](InferenceContext* c) {
       int64_t width;
       TF_RETURN_IF_ERROR(c->GetAttr("width", &width));
+      if (width < 0) return absl::InvalidArgumentError("width below 0");
       c->set_output(0, c->Matrix(c->UnknownDim(), width));
       return absl::OkStatus();
     });
@@ -951,7 +1040,11 @@ REGISTER_OP("TfembWriteColumns")
     .Input("row: int64")
     .Attr("begin: int")
     .SetIsStateful()
-    .SetShapeFn(::tensorflow::shape_inference::NoOutputs);
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 2, &unused));
+      return c->WithRank(c->input(2), 0, &unused);
+    });
 
 REGISTER_OP("TfembRowGradients")
     .Input("gradients: float")
@@ -979,7 +1072,15 @@ REGISTER_OP("TfembApplyRows")
     .Attr("multiply_weight_decay_by_lr: bool")
     .Attr("interleaved: bool = false")  // slots beside the parameters
     .SetIsStateful()
-    .SetShapeFn(::tensorflow::shape_inference::NoOutputs);
+    .SetShapeFn([](InferenceContext* c) {
+      const int n = c->num_inputs();  // ..., ids, gradients, learning rate
+      ShapeHandle ids, grads, unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(n - 3), 1, &ids));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(n - 2), 2, &grads));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(n - 1), 0, &unused));
+      DimensionHandle rows;
+      return c->Merge(c->Dim(ids, 0), c->Dim(grads, 0), &rows);
+    });
 
 REGISTER_KERNEL_BUILDER(Name("TfembDedupGather").Device(DEVICE_CPU),
                         DedupGatherOp);

@@ -20,6 +20,12 @@ below is one op per table, run by the build this process loaded
   copy of the table.
 * `advise_huge_pages(variable)`: 2 MiB pages for a table created empty.
 
+Every op checks the shapes and dtypes of what it is given (a scalar
+learning rate, vector ids, gradient rows matching the ids, float32
+variables of the table's shape, attributes in range) and raises
+`tf.errors.InvalidArgumentError` otherwise, before it writes anything: no
+input aborts the process (tests/test_kernel_input_validation.py).
+
 The update's rule and constants come from the optimizer's declaration
 (`tfemb.optimizers.identify`): the constants are the values its rule in
 `tfemb.update_rules` uses, computed in Python the same way, so the kernel

@@ -2,12 +2,17 @@
 
     python -m tfemb.migrate OLD_CHECKPOINT -o NEW_PREFIX [--table VAR=TABLE]
     python -m tfemb.migrate OLD_CHECKPOINT --list
+
+A refusal exits with status 1 and one line on stderr naming the file and
+the reason (`--debug`: the traceback); bad arguments exit with status 2 and
+one line. No output checkpoint is left behind by a failure.
 """
 
 import argparse
 import sys
 
 from tfemb.migrate import converter
+from tfemb.migrate import errors
 from tfemb.migrate import estimator_names
 
 _EPILOG = """\
@@ -23,7 +28,17 @@ accumulators/linears).
 
 Restore with:  tf.train.Checkpoint(embedding=tpu_embedding).restore(NEW)
 (use --root if the TPUEmbedding sits elsewhere in the checkpointed object).
+The output's directory 'checkpoint' file is written only where there is
+none (or it names NEW already): converting into the TPUEstimator's own
+model_dir leaves its 'checkpoint' file, and --list, as they were.
 """
+
+
+class _Parser(argparse.ArgumentParser):
+  """argparse, with its usage errors on one line."""
+
+  def error(self, message):
+    self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def _parse_table(text):
@@ -34,7 +49,7 @@ def _parse_table(text):
 
 
 def parser():
-  p = argparse.ArgumentParser(
+  p = _Parser(
       prog="python -m tfemb.migrate",
       description="Convert a TPUEstimator checkpoint's TPU embedding tables "
       "and optimizer slots into a tf.train.Checkpoint that "
@@ -65,6 +80,8 @@ def parser():
                  help="list the tables that would be converted, and exit")
   p.add_argument("-q", "--quiet", action="store_true",
                  help="no progress output")
+  p.add_argument("--debug", action="store_true",
+                 help="on failure, the traceback instead of one line")
   return p
 
 
@@ -76,7 +93,24 @@ def _tables(args):
 
 
 def main(argv=None) -> int:
-  args = parser().parse_args(argv)
+  p = parser()
+  args = p.parse_args(argv)
+  if not args.list and not args.output:
+    p.error("--output is required (or --list)")
+  try:
+    return _run(args)
+  except Exception as e:  # pylint: disable=broad-except
+    if args.debug:
+      raise
+    if isinstance(e, errors.ConversionError):
+      line = f"{e.path}: {e.reason}"
+    else:  # unforeseen: still one line, naming the input
+      line = f"{args.input}: {type(e).__name__}: {errors.first_line(e)}"
+    print(f"{p.prog}: error: {line}", file=sys.stderr)
+    return 1
+
+
+def _run(args) -> int:
   tables = _tables(args)
   if args.list:
     plan = converter.describe(args.input, tables)
@@ -87,9 +121,6 @@ def main(argv=None) -> int:
     if not plan:
       print("no feature-column tables found; name tables with --table")
     return 0
-  if not args.output:
-    print("error: --output is required (or --list)", file=sys.stderr)
-    return 2
   converter.convert_checkpoint(
       args.input, args.output, tables=tables, root=args.root,
       partition_strategy=args.partition_strategy, num_hosts=args.num_hosts,

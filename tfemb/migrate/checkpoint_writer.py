@@ -7,8 +7,16 @@ saves for a `tfemb.TPUEmbedding` (and TensorFlow's `TPUEmbedding`): the
 table `<root>/<table>/.ATTRIBUTES/VARIABLE_VALUE` and each slot
 `<root>/<table>/<slot>` (local names escaped as TensorFlow escapes them).
 Only one block is in memory at a time.
+
+Nothing appears at the output prefix before `finish`: the shards and the
+merged checkpoint are written under `<prefix>.partial/`, and `finish`
+moves the data files, then the index (the file that makes a checkpoint),
+into place. A failure before then (or `abort`) leaves no output, and a
+checkpoint being replaced as it was; the old one's index goes first, so
+no step of the swap leaves an index over data files not its own.
 """
 
+import glob
 import os
 import shutil
 from typing import List, Sequence, Set
@@ -18,6 +26,9 @@ import tensorflow as tf
 from tensorflow.core.protobuf import trackable_object_graph_pb2
 from tensorflow.python.checkpoint import checkpoint_management
 from tensorflow.python.trackable import trackable_utils
+
+from tfemb.migrate import errors
+from tfemb.migrate import row_reader
 
 _VALUE = "VARIABLE_VALUE"
 _SAVE_COUNTER = "save_counter"
@@ -94,8 +105,9 @@ class CheckpointWriter:
       node.has_checkpoint_values.value = True
     return graph.SerializeToString()
 
-  def finish(self) -> str:
-    """Merges everything into `output_prefix`; returns it."""
+  def finish(self) -> bool:
+    """Merges everything into `output_prefix`. Returns whether the
+    directory's `checkpoint` file now names it (`record_latest`)."""
     shard = os.path.join(self._shard_dir, "object-graph")
     tf.raw_ops.SaveV2(
         prefix=shard,
@@ -103,16 +115,44 @@ class CheckpointWriter:
         shape_and_slices=["", ""],
         tensors=[tf.constant(self._object_graph()), tf.constant(1, tf.int64)])
     self._shards.append(shard)
+    merged = os.path.join(self._shard_dir, "merged")
     tf.raw_ops.MergeV2Checkpoints(checkpoint_prefixes=self._shards,
-                                  destination_prefix=self.output_prefix,
-                                  delete_old_dirs=True)
+                                  destination_prefix=merged,
+                                  delete_old_dirs=False)
+    data = sorted(glob.glob(glob.escape(merged) + ".data-*"))
+    old = set(glob.glob(glob.escape(self.output_prefix) + ".data-*"))
+    if os.path.exists(self.output_prefix + ".index"):
+      # Gone first: never an old index over new data files.
+      os.remove(self.output_prefix + ".index")
+    for name in data:
+      os.replace(name, self.output_prefix + name[len(merged):])
+    os.replace(merged + ".index", self.output_prefix + ".index")
+    for name in old - {self.output_prefix + n[len(merged):] for n in data}:
+      os.remove(name)  # a replaced checkpoint's other shards
     self.abort()
-    path = os.path.abspath(self.output_prefix)
-    checkpoint_management.update_checkpoint_state_internal(
-        os.path.dirname(path), path, all_model_checkpoint_paths=[path],
-        save_relative_paths=True)
-    return self.output_prefix
+    return record_latest(self.output_prefix)
 
   def abort(self):
     """Removes the shards written so far."""
     shutil.rmtree(self._shard_dir, ignore_errors=True)
+
+
+def record_latest(prefix: str) -> bool:
+  """Names `prefix` in its directory's `checkpoint` file (so that
+  `tf.train.latest_checkpoint(directory)` finds it) when the directory has
+  none, or one that names it already. A `checkpoint` file that names
+  another checkpoint (e.g. a TPUEstimator's model_dir) is never rewritten;
+  returns False then."""
+  path = os.path.abspath(prefix)
+  directory = os.path.dirname(path)
+  try:
+    state = row_reader.checkpoint_state(directory)
+  except errors.ConversionError:
+    return False  # not ours to repair
+  if state is not None and os.path.abspath(os.path.join(
+      directory, state.model_checkpoint_path)) != path:
+    return False
+  checkpoint_management.update_checkpoint_state_internal(
+      directory, path, all_model_checkpoint_paths=[path],
+      save_relative_paths=True)
+  return True

@@ -3,16 +3,21 @@
 For each table: find its optimizer's slot variables by TPUEstimator's names,
 then copy the table and its slots block by block (in id order, undoing the
 "mod" partitioning if asked) into the new checkpoint under tfemb's names.
+
+Every refusal is an `errors.ConversionError` (a ValueError) that names the
+checkpoint or file it concerns. The output appears only once whole
+(`checkpoint_writer`); the source checkpoint and its directory's
+`checkpoint` file are never written.
 """
 
+import numbers
 import os
 import sys
 import time
 from typing import Callable, Dict, List, NamedTuple, Optional
 
-import tensorflow as tf
-
 from tfemb.migrate import checkpoint_writer
+from tfemb.migrate import errors
 from tfemb.migrate import estimator_names
 from tfemb.migrate import row_reader
 
@@ -25,12 +30,7 @@ def print_progress(message: str):
 
 def resolve_input(path: str) -> str:
   """A checkpoint prefix, or the latest checkpoint of a directory."""
-  if os.path.isdir(path):
-    latest = tf.train.latest_checkpoint(path)
-    if latest is None:
-      raise ValueError(f"No checkpoint found in directory {path}.")
-    return latest
-  return path
+  return row_reader.latest(path) if os.path.isdir(path) else path
 
 
 class TablePlan(NamedTuple):
@@ -46,7 +46,9 @@ def describe(input_path: str, tables: Optional[Dict[str, str]] = None
             ) -> Dict[str, TablePlan]:
   """`{checkpoint variable: TablePlan}` for the tables `convert_checkpoint`
   would convert (by default, every feature-column table)."""
-  return _plan(row_reader.RowReader(resolve_input(input_path)), tables)
+  prefix = resolve_input(input_path)
+  with errors.about(prefix):
+    return _plan(row_reader.RowReader(prefix), tables)
 
 
 def _plan(reader, tables):
@@ -112,22 +114,20 @@ def convert_checkpoint(input_path: str,
     loads it into a `tfemb.TPUEmbedding` (or TensorFlow's) whose tables have
     these names and whose optimizer has these slots.
   """
-  if partition_strategy not in ("div", "mod"):
-    raise ValueError(f"partition_strategy must be 'div' or 'mod', got "
-                     f"{partition_strategy!r}.")
-  if os.path.exists(output_prefix + ".index") and not overwrite:
-    raise ValueError(f"Checkpoint {output_prefix} exists; pass "
-                     "overwrite=True (--overwrite) to replace it.")
+  _check_arguments(input_path, partition_strategy, num_hosts, block_rows)
   report = progress or (lambda message: None)
   prefix = resolve_input(input_path)
-  reader = row_reader.RowReader(prefix)
-  plan = _plan(reader, tables)
+  _check_output(prefix, output_prefix, overwrite)
+  with errors.about(prefix):
+    reader = row_reader.RowReader(prefix)
+    plan = _plan(reader, tables)
   if not plan:
-    raise ValueError(
-        f"No embedding tables found in {prefix}: name them with tables= "
+    raise errors.ConversionError(
+        prefix, "no embedding tables found: name them with tables= "
         "(--table VARIABLE=TABLE); list the checkpoint's variables with "
         "tf.train.list_variables.")
-  writer = checkpoint_writer.CheckpointWriter(output_prefix, root)
+  with errors.about(output_prefix):
+    writer = checkpoint_writer.CheckpointWriter(output_prefix, root)
   try:
     for n, (variable, entry) in enumerate(plan.items()):
       report(f"[{n + 1}/{len(plan)}] {variable} -> {entry.table}: "
@@ -135,14 +135,55 @@ def convert_checkpoint(input_path: str,
              f"{sorted(entry.slots)}")
       if entry.ignored:
         report(f"  not converted (not TPU embedding slots): {entry.ignored}")
-      _copy_table(reader, writer, variable, entry, partition_strategy,
-                  num_hosts, block_rows, _Progress(report))
-    writer.finish()
+      with errors.about(prefix):
+        _copy_table(reader, writer, variable, entry, partition_strategy,
+                    num_hosts, block_rows, _Progress(report))
+    with errors.about(output_prefix):
+      recorded = writer.finish()
   except BaseException:
     writer.abort()
     raise
   report(f"wrote {output_prefix}")
+  if not recorded:
+    report(f"  {os.path.dirname(os.path.abspath(output_prefix))}/checkpoint "
+           "names another checkpoint and was left as it was: restore "
+           f"{output_prefix} by its prefix")
   return output_prefix
+
+
+def _check_arguments(input_path, partition_strategy, num_hosts, block_rows):
+  """The arguments' own ranges, before anything is read or written."""
+  checks = [
+      (partition_strategy in ("div", "mod"),
+       f"partition_strategy (--partition-strategy) must be 'div' or 'mod', "
+       f"got {partition_strategy!r}."),
+      (_count(num_hosts),
+       f"num_hosts (--num-hosts) must be at least 1, got {num_hosts!r}."),
+      (_count(block_rows),
+       f"block_rows (--block-rows) must be at least 1, got {block_rows!r}."),
+  ]
+  for ok, reason in checks:
+    if not ok:
+      raise errors.ConversionError(input_path, reason)
+
+
+def _count(value) -> bool:
+  """None (the default), or an integer of at least 1."""
+  return value is None or (isinstance(value, numbers.Integral) and
+                           not isinstance(value, bool) and value >= 1)
+
+
+def _check_output(prefix, output_prefix, overwrite):
+  if not output_prefix:
+    raise errors.ConversionError(prefix, "no output prefix given.")
+  if os.path.abspath(output_prefix) == os.path.abspath(prefix):
+    raise errors.ConversionError(
+        output_prefix, "is the checkpoint being converted; write the "
+        "converted one under another prefix.")
+  if os.path.exists(output_prefix + ".index") and not overwrite:
+    raise errors.ConversionError(
+        output_prefix, "a checkpoint exists here; pass overwrite=True "
+        "(--overwrite) to replace it.")
 
 
 def _copy_table(reader, writer, variable, plan, strategy, num_hosts,
@@ -159,10 +200,15 @@ def _copy_table(reader, writer, variable, plan, strategy, num_hosts,
   streams = [reader.blocks(name, block_rows, strategy, hosts)
              for name in names]
   local_names = [f"{table}/{slot}" for slot in plan.slots]
+  done = 0
   for blocks in zip(*streams):
     start = blocks[0][0]
-    writer.write_rows(table, shape, start, [rows for _, rows in blocks],
-                      local_names)
+    with errors.about(writer.output_prefix):
+      writer.write_rows(table, shape, start, [rows for _, rows in blocks],
+                        local_names)
     done = start + blocks[0][1].shape[0]
     progress(f"  {table}: {done}/{shape[0]} rows "
              f"({100.0 * done / shape[0]:.0f}%)", final=done == shape[0])
+  if done != shape[0]:  # never a checkpoint short of rows
+    raise ValueError(f"Variable {variable!r}: {done} of its {shape[0]} rows "
+                     "were read.")

@@ -12,11 +12,16 @@ hold consecutive ids, so checkpoint rows are already in id order. With
 `offset[p] + j` is id `j * hosts + p`, and `blocks` undoes that.
 """
 
+import os
 import re
 from typing import Iterator, List, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
+from google.protobuf import text_format
+from tensorflow.python.training import checkpoint_state_pb2  # pylint: disable=g-direct-tensorflow-import
+
+from tfemb.migrate import errors
 
 
 def _partition_sizes(rows: int, parts: int) -> List[int]:
@@ -24,12 +29,56 @@ def _partition_sizes(rows: int, parts: int) -> List[int]:
   return [rows // parts + (1 if p < rows % parts else 0) for p in range(parts)]
 
 
+def checkpoint_state(directory: str
+                    ) -> Optional[checkpoint_state_pb2.CheckpointState]:
+  """The directory's `checkpoint` file, parsed; None if it has none.
+  (`tf.train.get_checkpoint_state` logs and ignores a damaged one.)"""
+  path = os.path.join(directory, "checkpoint")
+  if not os.path.exists(path):
+    return None
+  try:
+    with open(path, "rb") as f:
+      return text_format.Parse(f.read().decode("utf-8"),
+                               checkpoint_state_pb2.CheckpointState())
+  except (OSError, ValueError, text_format.ParseError) as e:
+    raise errors.ConversionError(
+        path, f"not a checkpoint state file ({errors.first_line(e)})"
+    ) from None
+
+
+def latest(directory: str) -> str:
+  """The prefix the directory's `checkpoint` file names as the latest."""
+  state = checkpoint_state(directory)
+  if state is None or not state.model_checkpoint_path:
+    raise errors.ConversionError(
+        directory, "no checkpoint in this directory (no 'checkpoint' file "
+        "naming one); give a checkpoint prefix.")
+  return os.path.join(directory, state.model_checkpoint_path)
+
+
+def _reason(message: str) -> str:
+  """TensorFlow's reason without the file name and advice around it:
+  "Unable to open table file F: DATA_LOSS: not an sstable (bad magic
+  number): perhaps ..." -> "not an sstable (bad magic number)"."""
+  return message.split(": perhaps")[0].rsplit(": ", 1)[-1]
+
+
 class RowReader:
   """Row blocks of the variables of one (TF1 or TF2) checkpoint."""
 
   def __init__(self, prefix: str):
     self.prefix = prefix
-    reader = tf.train.load_checkpoint(prefix)
+    try:
+      reader = tf.train.load_checkpoint(prefix)
+    except tf.errors.NotFoundError:
+      raise errors.ConversionError(
+          prefix, f"no checkpoint here (no file {prefix}.index)") from None
+    except (tf.errors.OpError, ValueError) as e:
+      index = prefix + ".index"
+      raise errors.ConversionError(
+          index if os.path.isfile(index) else prefix,
+          "not a TensorFlow checkpoint "
+          f"({_reason(errors.first_line(e))})") from None
     self.shapes = reader.get_variable_to_shape_map()
     self.dtypes = reader.get_variable_to_dtype_map()
     self._index = reader.debug_string()
@@ -51,6 +100,10 @@ class RowReader:
           f"Variable {name!r} is {self.dtypes[name].name} of shape "
           f"{self.shapes[name]}; an embedding table or slot is a float32 "
           "matrix.")
+    if min(self.shapes[name]) < 1:
+      raise ValueError(
+          f"Variable {name!r} has shape {self.shapes[name]}; an embedding "
+          "table has at least one row and one column.")
     if shape is not None and self.shapes[name] != list(shape):
       raise ValueError(f"Slot variable {name!r} has shape "
                        f"{self.shapes[name]}, its table {list(shape)}.")
@@ -59,9 +112,13 @@ class RowReader:
     """Checkpoint rows `[start, start + count)` of `name`."""
     rows, dim = self.shapes[name]
     spec = f"{rows} {dim} {start},{count}:-"
-    return tf.raw_ops.RestoreV2(prefix=self.prefix, tensor_names=[name],
-                                shape_and_slices=[spec],
-                                dtypes=[tf.float32])[0].numpy()
+    try:
+      return tf.raw_ops.RestoreV2(prefix=self.prefix, tensor_names=[name],
+                                  shape_and_slices=[spec],
+                                  dtypes=[tf.float32])[0].numpy()
+    except tf.errors.OpError as e:
+      raise ValueError(f"Variable {name!r}: rows [{start}, {start + count}) "
+                       f"cannot be read ({errors.first_line(e)}).") from None
 
   def hosts(self, name: str, num_hosts: Optional[int]) -> int:
     """How many host slices a "mod" table was saved in."""
@@ -93,10 +150,15 @@ class RowReader:
         yield start, self.read_rows(name, start, stop - start)
         continue
       out = np.empty([stop - start, self.shapes[name][1]], np.float32)
+      filled = 0
       for p in range(hosts):
         first, last = -(-(start - p) // hosts), -(-(stop - p) // hosts)
         first = max(first, 0)
         if last > first:
           rows = self.read_rows(name, int(offsets[p]) + first, last - first)
           out[np.arange(first, last) * hosts + p - start] = rows
+          filled += last - first
+      if filled != stop - start:  # never hand on rows nobody wrote
+        raise ValueError(f"Variable {name!r}: ids [{start}, {stop}) are not "
+                         f"all in its {hosts} host slices.")
       yield start, out
