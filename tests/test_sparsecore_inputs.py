@@ -120,3 +120,18 @@ def test_enqueue_takes_a_tpu_device_and_refuses_another():
   with pytest.raises(ValueError,
                      match="Non-TPU device /device:CPU:0 passed to enqueue"):
     embedding.enqueue({"f": DENSE}, device="/device:CPU:0")
+
+
+def test_a_custom_combiner_feature_refuses_indices_outside_the_dense_shape():
+  def total(valency, vectors):
+    del valency
+    return tf.reduce_sum(vectors, axis=0)
+
+  combiner = tfemb.CustomCombiner(total, max_valency=2)
+  table = tfemb.TableConfig(VOCAB, DIM, name="t", combiner=combiner)
+  embedding = tfemb.TPUEmbeddingV2(
+      {"f": tfemb.FeatureConfig(table, output_shape=[2])}, tfemb.SGD(0.5))
+  bad = tf.SparseTensor([[0, 0], [3, 0]], [1, 2], [2, 2])
+  with pytest.raises((ValueError, tf.errors.InvalidArgumentError),
+                     match=r"Feature \W*f\W* \(table"):
+    embedding({"f": bad})

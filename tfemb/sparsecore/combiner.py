@@ -60,6 +60,9 @@ def lookup(path, x, w, feature, batch: int):
   if not x.dtype.is_integer:
     raise inputs.DtypeError(f"Feature {path!r}: ids must be an integer "
                             f"tensor, got dtype {x.dtype.name}.")
+  checks = ()
+  if isinstance(x, (tf.SparseTensor, tf.RaggedTensor)):  # TF's own rules
+    x, checks = inputs.structure_checked(path, x, feature.table.name)
   example, position, counts, ids = _rows_and_positions(x)
   combiner = feature.table.combiner
   keep = position < combiner.max_valency
@@ -68,7 +71,7 @@ def lookup(path, x, w, feature, batch: int):
   n = tf.size(ids, out_type=tf.int64)
   valency = tf.cast(tf.minimum(counts, combiner.max_valency), tf.int32)
   as_lookup = inputs.Lookup(ids, tf.range(n), None, n, tf.reshape(n, [1]),
-                            tf.TensorShape([None]))
+                            tf.TensorShape([None]), tuple(checks))
   return as_lookup, Kept(example, position, valency, batch)
 
 
