@@ -267,3 +267,29 @@ def test_a_wrong_dtype_is_a_type_error_and_a_value_error(features, weights,
     embedding({"feature_x": features}, weights)
   with pytest.raises(error, match=r"Feature 'feature_x': (ids|weights) must"):
     embedding.enqueue({"feature_x": features}, weights, training=False)
+
+
+@pytest.mark.parametrize("combiner", ["sum", "mean", "sqrtn"])
+def test_direct_lookups_take_a_scalar_id_and_a_rank_1_sparse_tensor(combiner):
+  """As TensorFlow's serving class: a scalar id gives its row; a rank-1
+  SparseTensor gives one activation, its ids combined."""
+  init = np.arange(40, dtype=np.float32).reshape(10, 4) / 10
+  table = tfemb.TableConfig(10, 4, name="t", combiner=combiner,
+                            initializer=tf.constant_initializer(init))
+  embedding = tfemb.TPUEmbedding({"f": tfemb.FeatureConfig(table)},
+                                 tfemb.SGD(0.1))
+  embedding.build()
+  scalar = embedding({"f": tf.constant(3)})["f"]
+  assert scalar.shape == (4,)
+  np.testing.assert_array_equal(scalar.numpy(), init[3])
+  ids, weights = [1, 4, 4], np.array([0.5, 2.0, 1.0], np.float32)
+  sparse = tf.SparseTensor([[0], [2], [5]], tf.constant(ids, tf.int64), [6])
+  sparse_weights = tf.SparseTensor([[0], [2], [5]], weights, [6])
+  got = embedding({"f": sparse}, {"f": sparse_weights})["f"]
+  total = (weights[:, None] * init[ids]).sum(0)
+  norm = {"sum": 1.0, "mean": weights.sum(),
+          "sqrtn": np.sqrt((weights ** 2).sum())}[combiner]
+  assert got.shape == (4,)
+  np.testing.assert_allclose(got.numpy(), total / norm, rtol=1e-6)
+  with pytest.raises(ValueError, match="rank 0 dense tensor"):
+    embedding.enqueue({"f": tf.constant(3)}, training=True)

@@ -42,12 +42,14 @@ class Lookup(NamedTuple):
 def input_shape_error(path, x, serving=False) -> Optional[str]:
   """TF's rank rules for one input; returns the error message or None.
 
-  Direct (serving) lookups take dense ids of any shape, one id per entry.
+  Direct (serving) lookups take what TensorFlow's serving class takes:
+  dense ids of any shape (a scalar included), one id per entry, and sparse
+  ids of rank 1 (all combined into one activation) and above.
   """
   shape = x.shape
   kind = shapes.kind_of(x)
   if kind == "dense":
-    if shape.rank is not None and shape.rank < 1:
+    if not serving and shape.rank is not None and shape.rank < 1:
       return (f"Only rank 1 and above dense tensor is supported, find rank "
               f"{shape.rank} dense tensor for input {path}")
     if (not serving and shape.rank is not None and shape.rank > 1 and
@@ -56,7 +58,7 @@ def input_shape_error(path, x, serving=False) -> Optional[str]:
               "as the last dimension will always be reduced. Instead got "
               f"dense tensor as shape {shape.as_list()} for input {path}")
   elif kind == "sparse":
-    if shape.rank is not None and shape.rank < 2:
+    if shape.rank is not None and shape.rank < (1 if serving else 2):
       return (f"Only rank 2 and above sparse tensor is supported, find rank "
               f"{shape.rank} sparse tensor for input {path}")
   elif shape.rank != 2:
