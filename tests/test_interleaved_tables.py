@@ -6,6 +6,8 @@ own: which tables take it, the column views as variables, their gradient,
 their initialization in blocks, and export.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -168,6 +170,11 @@ def test_a_view_passes_for_a_variable_where_numpy_and_keras_take_one():
   start, table, accumulators = _adagrad_views()
   np.testing.assert_array_equal(np.asarray(table), start)
   assert np.asarray(table, np.float64).dtype == np.float64
+  with warnings.catch_warnings():  # numpy 2's protocol, no deprecation
+    warnings.simplefilter("error")
+    np.testing.assert_array_equal(np.array(table, copy=True), start)
+    with pytest.raises(ValueError, match="always copied"):
+      np.asarray(table, copy=False)
   np.testing.assert_array_equal(table.read_value_no_copy(), start)
   table.set_shape([VOCAB, None])
   with pytest.raises(ValueError, match="t:0"):

@@ -173,7 +173,11 @@ class ColumnView(tf.Variable, core.Tensor):
     return self.value().numpy()
 
   def __array__(self, dtype=None, copy=None):
-    del copy  # always a new array
+    # numpy 2's protocol: the columns live inside a wider table, so an array
+    # of them is always a copy; `copy=False` asks for none and is refused.
+    if copy is False:
+      raise ValueError(f"{self.name}: a column view's values are always "
+                       "copied out of its table; use copy=None or True.")
     return self.numpy() if dtype is None else self.numpy().astype(dtype)
 
   def _dense_var_to_tensor(self, dtype=None, name=None, as_ref=False):
