@@ -11,6 +11,7 @@ from tfemb.optimizers import *  # pylint: disable=wildcard-import
 from tfemb.options import Options
 from tfemb.serving import TPUEmbeddingForServing
 from tfemb.serving import serving_embedding_lookup
+from tfemb.export import export_for_serving
 # TensorFlow's own classes: CustomCombiner, CustomOptimizer,
 # RowIdInitializer, SparseCoreEmbeddingConfig.
 from tfemb.sparsecore_configs import *  # pylint: disable=wildcard-import
