@@ -96,27 +96,38 @@ import tensorflow as tf
 
 requests = json.load(open(sys.argv[1]))
 out = {}
-for i, (path, features) in enumerate(requests):
-  serve = tf.saved_model.load(path).signatures["serving_default"]
-  names = sorted(serve.structured_input_signature[1])
-  if set(names) != set(features):  # Keras 3's default names: the nest order
-    features = dict(zip(names, [features[k] for k in sorted(features)]))
-  got = serve(**{k: tf.constant(np.asarray(v, np.int64))
-                 for k, v in features.items()})
-  out[str(i)] = list(got.values())[0].numpy()
+for i, (path, features, ragged) in enumerate(requests):
+  loaded = tf.saved_model.load(path)
+  if ragged:  # `serve`: SavedModel signatures take dense tensors only
+    got = loaded.serve({k: tf.ragged.constant(v, tf.int64) if k in ragged
+                        else tf.constant(np.asarray(v, np.int64))
+                        for k, v in features.items()})
+  else:
+    serve = loaded.signatures["serving_default"]
+    names = sorted(serve.structured_input_signature[1])
+    if set(names) != set(features):  # Keras 3's names: the nest order
+      features = dict(zip(names, [features[k] for k in sorted(features)]))
+    got = serve(**{k: tf.constant(np.asarray(v, np.int64))
+                   for k, v in features.items()})
+  if not isinstance(got, dict):
+    got = {"output_0": got}
+  for name, value in got.items():
+    out[f"{i}/{name}"] = value.numpy()
 np.savez(sys.argv[2], **out)
 assert "tfemb" not in sys.modules, "tfemb was imported"
 print("served without tfemb")
 """
 
 
-def serve_without_tfemb(tmp_path, requests):
-  """Each (SavedModel path, dense features) served by its
-  `serving_default` in a process where tfemb cannot be imported."""
+def serve_without_tfemb(tmp_path, requests, ragged=()):
+  """Each (SavedModel path, features) served in a process where tfemb
+  cannot be imported: by `serving_default` (its outputs' dict), or with
+  the features named in `ragged` as RaggedTensors, by `serve`."""
   (tmp_path / "server.py").write_text(_SERVER)
   (tmp_path / "requests.json").write_text(json.dumps(
-      [(p, {k: np.asarray(v).tolist() for k, v in f.items()})
-       for p, f in requests]))
+      [(p, {k: [np.asarray(r).tolist() for r in v] if k in ragged else
+            np.asarray(v).tolist()
+            for k, v in f.items()}, list(ragged)) for p, f in requests]))
   env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
   result = subprocess.run(
       [sys.executable, "-I", str(tmp_path / "server.py"),
@@ -126,7 +137,17 @@ def serve_without_tfemb(tmp_path, requests):
   assert result.returncode == 0, result.stderr[-3000:]
   assert "served without tfemb" in result.stdout
   served = np.load(tmp_path / "served.npz")
-  return [served[str(i)] for i in range(len(requests))]
+  outputs = [{} for _ in requests]
+  for key in served.files:
+    i, name = key.split("/", 1)
+    outputs[int(i)][name] = served[key]
+  return outputs
+
+
+def only(outputs):
+  """The single output of each served request."""
+  assert all(len(o) == 1 for o in outputs)
+  return [next(iter(o.values())) for o in outputs]
 
 
 def variable_bytes(path):
@@ -173,7 +194,7 @@ def test_served_at_any_batch_size_without_tfemb(how, tmp_path):
   path = str(tmp_path / "export")
   export(model, how, path)
   batches = [data(n, 10 + n)[0] for n in (1, 7, 64, 100)]
-  served = serve_without_tfemb(tmp_path, [(path, x) for x in batches])
+  served = only(serve_without_tfemb(tmp_path, [(path, x) for x in batches]))
   for x, got in zip(batches, served):
     np.testing.assert_allclose(got, expected(model, layer, x), rtol=1e-5,
                                atol=1e-6)
@@ -225,7 +246,8 @@ def mid_level_embedding():
   users = tfemb.TableConfig(*USERS, name="users")
   items = tfemb.TableConfig(*ITEMS, name="items", combiner="sqrtn")
   config = {"user": tfemb.FeatureConfig(users),
-            "items": tfemb.FeatureConfig(items)}
+            "items": tfemb.FeatureConfig(items),
+            "history": tfemb.FeatureConfig(items, max_sequence_length=3)}
   embedding = tfemb.TPUEmbedding(config, tfemb.Adam(0.1))
   embedding.build()
   rng = np.random.default_rng(3)
@@ -236,26 +258,48 @@ def mid_level_embedding():
   return embedding, users, items
 
 
-def test_mid_level_export_serves_dense_and_ragged_ids(tmp_path):
+def test_mid_level_export_serves_dense_and_ragged_ids_without_tfemb(tmp_path):
   embedding, users, items = mid_level_embedding()
-  signature = {"user": tf.TensorSpec([None], tf.int64),
-               "items": tf.RaggedTensorSpec([None, None], tf.int64)}
+  ragged = tf.RaggedTensorSpec([None, None], tf.int64)
+  signature = {"user": tf.TensorSpec([None], tf.int64), "items": ragged,
+               "history": ragged}
   path = str(tmp_path / "export")
   tfemb.export_for_serving(embedding, path, input_signature=signature)
   u = embedding.embedding_tables[users].numpy()
   i = embedding.embedding_tables[items].numpy()
   assert sum(variable_bytes(path).values()) <= 1.05 * (u.nbytes + i.nbytes)
-  loaded = tf.saved_model.load(path)
   rng = np.random.default_rng(4)
+  requests, expected_rows = [], []
   for n in (1, 6, 33):
     rows = helpers.random_rows(rng, n, ITEMS[0], 4)
+    history = helpers.random_rows(rng, n, ITEMS[0], 5)
     user = rng.integers(0, USERS[0], size=n)
-    got = loaded.serve({"user": tf.constant(user),
-                        "items": helpers.ragged(rows)})
-    np.testing.assert_array_equal(got["user"].numpy(), u[user])
-    np.testing.assert_allclose(got["items"].numpy(),
+    requests.append((path, {"user": user, "items": rows,
+                            "history": history}))
+    expected_rows.append((user, rows, history))
+  served = serve_without_tfemb(tmp_path, requests,
+                               ragged=("items", "history"))
+  for got, (user, rows, history) in zip(served, expected_rows):
+    np.testing.assert_array_equal(got["user"], u[user])
+    np.testing.assert_allclose(got["items"],
                                reference.combine(i, rows, "sqrtn"),
                                rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got["history"],
+                                  reference.sequence(i, history, 3))
+
+
+def test_mid_level_export_with_sharded_tables_says_what_to_do(tmp_path):
+  """Tables over parameter servers are `ShardedVariable`s; one made here
+  stands for them."""
+  embedding, users, _ = mid_level_embedding()
+  table = embedding._variables["users"]  # pylint: disable=protected-access
+  value = table["parameters"].numpy()
+  table["parameters"] = tf.__internal__.distribute.ShardedVariable(
+      [tf.Variable(value[:250]), tf.Variable(value[250:])])
+  with pytest.raises(ValueError, match="Table 'users' is sharded over "
+                     "parameter servers.*restore it into the same model "
+                     "built without ParameterServerStrategy"):
+    tfemb.export_for_serving(embedding, str(tmp_path / "export"))
 
 
 def test_bfloat16_tables_halve_the_export(tmp_path):
@@ -268,7 +312,7 @@ def test_bfloat16_tables_halve_the_export(tmp_path):
                             for p in (full, half))
   assert saved_full - saved_half == tables // 2
   x, _ = data(50, 5)
-  served, = serve_without_tfemb(tmp_path, [(half, x)])
+  served, = only(serve_without_tfemb(tmp_path, [(half, x)]))
   # Exactly the model with its rows rounded to bfloat16 ...
   np.testing.assert_allclose(
       served, expected(model, layer, x, ml_dtypes.bfloat16), rtol=1e-5,
@@ -309,3 +353,42 @@ def test_unbuilt_layer_export_says_what_to_do(tmp_path):
 
   with pytest.raises(ValueError, match="pass input_signature"):
     tfemb.export_for_serving(Model(), str(tmp_path / "export"))
+
+
+def test_model_with_ragged_inputs_serves_them_without_tfemb(tmp_path):
+  items = tfemb.TableConfig(*ITEMS, name="items", combiner="mean")
+  layer = tfemb.layers.TPUEmbedding(
+      {"items": tfemb.FeatureConfig(items),
+       "history": tfemb.FeatureConfig(items, max_sequence_length=2)},
+      tfemb.Adagrad(0.5))
+  inputs = {name: keras.Input(shape=(None,), dtype="int64", ragged=True,
+                              name=name) for name in ("items", "history")}
+  act = layer(inputs)
+  out = keras.layers.Dense(1)(keras.layers.Concatenate()([
+      act["items"], keras.layers.Flatten()(act["history"])]))
+  model = keras.Model(inputs, out)
+  model.compile(optimizer="sgd", loss="mse")
+  rng = np.random.default_rng(6)
+
+  def batch(n):
+    return {name: helpers.random_rows(rng, n, ITEMS[0], 4)
+            for name in ("items", "history")}
+
+  for _ in range(2):
+    x = batch(16)
+    model.train_on_batch({k: helpers.ragged(v) for k, v in x.items()},
+                         np.ones((16, 1), np.float32))
+  path = str(tmp_path / "export")
+  tfemb.export_for_serving(model, path)
+  batches = [batch(n) for n in (3, 40)]
+  served = only(serve_without_tfemb(tmp_path, [(path, x) for x in batches],
+                                    ragged=("items", "history")))
+  table = layer.embedding_tables[items].numpy()
+  kernel, bias = model.layers[-1].get_weights()
+  for x, got in zip(batches, served):
+    act = np.concatenate([
+        reference.combine(table, x["items"], "mean"),
+        reference.sequence(table, x["history"], 2).reshape(len(got), -1)],
+                         axis=1)
+    np.testing.assert_allclose(got, act @ kernel + bias, rtol=1e-5,
+                               atol=1e-6)
