@@ -392,3 +392,26 @@ def test_model_with_ragged_inputs_serves_them_without_tfemb(tmp_path):
                          axis=1)
     np.testing.assert_allclose(got, act @ kernel + bias, rtol=1e-5,
                                atol=1e-6)
+
+
+def test_unbuilt_model_exports_its_initial_tables_given_a_signature(
+    tmp_path):
+  table = tfemb.TableConfig(4, 2, name="t")
+  layer = tfemb.layers.TPUEmbedding({"f": tfemb.FeatureConfig(table)}, "sgd")
+
+  class Model(keras.Model):
+
+    def __init__(self):
+      super().__init__()
+      self.embedding = layer
+
+    def call(self, features):
+      return self.embedding(features)["f"]
+
+  path = str(tmp_path / "export")
+  tfemb.export_for_serving(Model(), path, input_signature={
+      "f": tf.TensorSpec([None], tf.int64)})
+  loaded = tf.saved_model.load(path)
+  got = loaded.serve({"f": tf.constant([3, 0, 3], tf.int64)})
+  np.testing.assert_array_equal(
+      got.numpy(), layer.embedding_tables[table].numpy()[[3, 0, 3]])
