@@ -15,19 +15,25 @@ parts and each part's peak RSS (VmHWM) is its own:
      1000 most touched and 1000 random ids per table and the next 5 losses;
   3. restore: a fresh model restores the checkpoint; those rows,
      accumulators and losses must be equal ("restore: rows equal"), else
-     everything exits 1.
+     everything exits 1. Then it exports the model for serving
+     (`tfemb.export_for_serving` to `--out`/export/1), timing it, with the
+     RSS it adds while exporting (its peak over the RSS before);
+  4. serve: a process that imports TensorFlow only loads the export and
+     serves 8 examples, which must equal the restored model's predictions
+     ("serve: predictions equal").
 The restore reads the checkpoint before the model is built, so each table is
 created from its saved value, one at a time: restoring into a built model
 reads every tensor in one `RestoreV2` beside the existing tables, twice the
 tables' memory (more than a 24 GiB machine has at 100M). The summary is
-printed and written to `--out`/scale.md; the checkpoint is deleted unless
-`--keep`.
+printed and written to `--out`/scale.md; the checkpoint and the export are
+deleted unless `--keep`.
 """
 
 import argparse
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import time
@@ -42,6 +48,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 GB = 1e9
 DIM, SMALL_TABLES, SMALL_ROWS = 16, 3, 100_000
 WARMUP, MORE_STEPS, SAMPLE, DISTINCT_BATCHES = 5, 5, 1000, 16
+SERVED = 8  # examples served from the export
 
 
 def parse_args(argv=None):
@@ -57,7 +64,7 @@ def parse_args(argv=None):
   p.add_argument("--steps", type=int, default=200, help="timed steps")
   p.add_argument("--out", default="/tmp/tfemb_scale")
   p.add_argument("--keep", action="store_true", help="keep the checkpoint")
-  p.add_argument("--child", choices=("compare", "save", "restore"),
+  p.add_argument("--child", choices=("compare", "save", "restore", "serve"),
                  help=argparse.SUPPRESS)
   return p.parse_args(argv)
 
@@ -104,11 +111,64 @@ def build(args):
     tf.train.Checkpoint(head=head, optimizer=optimizer).read(
         prefix(args)).assert_existing_objects_matched().expect_partial()
   return (dict(embedding=layer, head=head, optimizer=optimizer),
-          train_step.keras_train_step(model, optimizer))
+          train_step.keras_train_step(model, optimizer), model)
 
 
 def prefix(args):
   return os.path.join(args.out, "ckpt")
+
+
+def export_dir(args):
+  return os.path.join(args.out, "export", "1")  # TF Serving's layout
+
+
+def served_features(batches):
+  return {name: ids[:SERVED] for name, ids in batches[0][0].items()}
+
+
+def reset_peak_rss():
+  """Linux: VmHWM starts again from the current RSS."""
+  try:
+    pathlib.Path("/proc/self/clear_refs").write_text("5")
+  except OSError:
+    pass
+
+
+def export(args, model, batches) -> dict:
+  """The restored model, exported for serving; its predictions of the
+  served examples for the serve part to compare."""
+  import tfemb  # pylint: disable=g-import-not-at-top
+  features = served_features(batches)
+  predictions = model.predict(features, verbose=0).ravel()
+  reset_peak_rss()
+  result = {"rss_before": procmem.rss()}
+  began = time.perf_counter()
+  tfemb.export_for_serving(model, export_dir(args))
+  phase(result, "export", began)
+  result["peak_rss"] = procmem.peak_rss()
+  result["bytes"] = sum(p.stat().st_size
+                        for p in pathlib.Path(export_dir(args)).rglob("*")
+                        if p.is_file())
+  result["predictions"] = predictions.tolist()
+  return result
+
+
+def serve(args) -> int:
+  """Loads the export with TensorFlow alone and serves `SERVED` examples."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  result = {"rss_start": procmem.rss()}
+  began = time.perf_counter()
+  signature = tf.saved_model.load(export_dir(args)).signatures[
+      "serving_default"]
+  phase(result, "load", began)
+  features = served_features(make_batches(args))
+  out = signature(**{k: tf.constant(v) for k, v in features.items()})
+  result["predictions"] = list(out.values())[0].numpy().ravel().tolist()
+  result["tfemb_imported"] = any(m.split(".")[0] == "tfemb"
+                                 for m in sys.modules)
+  result["peak_rss"] = procmem.peak_rss()
+  pathlib.Path(args.out, "serve.json").write_text(json.dumps(result))
+  return 0
 
 
 def phase(result, name, began):
@@ -162,6 +222,8 @@ def check_restored(args, result, parts, step, batches, tensors):
 
 def run_child(args) -> int:
   """One part, in this process; writes `--out`/<part>.json."""
+  if args.child == "serve":
+    return serve(args)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tfemb.layers  # pylint: disable=g-import-not-at-top,unused-import
   result = {"rows": args.rows, "rss_start": procmem.rss(),  # after imports
@@ -169,11 +231,12 @@ def run_child(args) -> int:
   batches = make_batches(args)
   tensors = timing.to_tensors(batches)
   began = time.perf_counter()
-  parts, step = build(args)
+  parts, step, model = build(args)
   phase(result, "restore" if args.child == "restore" else "build", began)
   ok = True
   if args.child == "restore":
     ok = check_restored(args, result, parts, step, batches, tensors)
+    result["export"] = export(args, model, batches)
   else:
     began = time.perf_counter()
     result["first_loss"] = float(step(*tensors[0]))
@@ -263,15 +326,42 @@ def main(argv=None):
                if args.compare_rows else None)
     saved = spawn(argv, "save", args.rows)
     restored = spawn(argv, "restore", args.rows)
+    served = spawn(argv, "serve", args.rows)
   finally:
     if not args.keep:
       for path in [*pathlib.Path(args.out).glob("ckpt*"),
                    pathlib.Path(args.out, "reference.npz")]:
         path.unlink(missing_ok=True)
-  text = summary(argv, args, compare, saved, restored)
+      shutil.rmtree(pathlib.Path(args.out, "export"), ignore_errors=True)
+  served["equal"] = bool(np.allclose(served["predictions"],
+                                     restored["export"]["predictions"],
+                                     rtol=1e-5, atol=1e-6))
+  print(f"serve: predictions {'equal' if served['equal'] else 'DIFFER'}",
+        flush=True)
+  text = summary(argv, args, compare, saved, restored) + serving_summary(
+      args, restored["export"], served)
   print(text)
   pathlib.Path(args.out, "scale.md").write_text(text)
-  return 0 if restored["ok"] else 1
+  return 0 if restored["ok"] and served["equal"] else 1
+
+
+def serving_summary(args, exported, served) -> str:
+  big_table = args.rows * DIM * 4
+  added = exported["peak_rss"] - exported["rss_before"]
+  return "\n".join([
+      "", f"### Serving export ({SERVED} examples served)", "",
+      f"- export: {exported['export']['seconds']:.1f} s, "
+      f"{exported['bytes'] / GB:.2f} GB on disk (tables "
+      f"{sum(table_sizes(args).values()) * DIM * 4 / GB:.2f} GB); RSS added "
+      f"while exporting {added / GB:.2f} GB = {added / big_table:.2f}x the "
+      "big table",
+      f"- load (TensorFlow only, tfemb "
+      f"{'imported' if served['tfemb_imported'] else 'not imported'}): "
+      f"{served['load']['seconds']:.1f} s, peak RSS "
+      f"{served['peak_rss'] / GB:.2f} GB (at start "
+      f"{served['rss_start'] / GB:.2f})",
+      f"- served predictions {'equal' if served['equal'] else 'DIFFER'} to "
+      f"the model's: {fmt(served['predictions'][:4])} ...", ""])
 
 
 if __name__ == "__main__":

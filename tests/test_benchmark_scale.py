@@ -1,4 +1,5 @@
-"""`python -m benchmarks.scale` trains, saves and restores (tiny sizes)."""
+"""`python -m benchmarks.scale` trains, saves, restores, exports and serves
+(tiny sizes)."""
 
 import os
 import pathlib
@@ -19,8 +20,10 @@ def test_scale_saves_and_restores_exactly(tmp_path):
   assert result.returncode == 0, out[-3000:] + result.stderr[-3000:]
   for line in ("restore: rows equal", "restore: accumulators equal",
                "restore: loss continues", "Adagrad: PASS",
-               "20,000 / 2,000:"):
+               "20,000 / 2,000:", "serve: predictions equal",
+               "load (TensorFlow only, tfemb not imported)"):
     assert line in out, out[-3000:]
   summary = (tmp_path / "scale.md").read_text()
   assert "rows equal, accumulators equal" in summary
   assert not list(tmp_path.glob("ckpt*"))  # deleted without --keep
+  assert not (tmp_path / "export").exists()

@@ -36,6 +36,7 @@ import tensorflow as tf
 from tensorflow.python.saved_model import save_context  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import export
 from tfemb import mid_level
 from tfemb import resolution
 from tfemb.sparsecore import engine as sparsecore_engine
@@ -123,7 +124,17 @@ class HostEngine:
       self.engine.build(per_replica_batch_size=batch_size)
 
   def lookup(self, features, weights, dummy, training):
-    activations, backward = self.engine.forward(features, weights)
+    tables = export.tables_for(self.engine)
+    if tables is not None:  # traced for a SavedModel: no training engine
+      return export.lookup(self.engine._config, tables, features, weights)  # pylint: disable=protected-access
+    # As tfrs' layer off the TPU: any batch size. Only `batch_size` or a
+    # FeatureConfig's `output_shape` fix the activation shapes, never a
+    # call (a fit with one batch size, then a predict with another).
+    fixed = self.engine._output_shapes  # pylint: disable=protected-access
+    try:
+      activations, backward = self.engine.forward(features, weights)
+    finally:
+      self.engine._output_shapes = fixed  # pylint: disable=protected-access
     return _trapped(self._feature_config, activations, backward, dummy,
                     training)
 

@@ -1,0 +1,412 @@
+"""Inference exports of models with the Keras layer, and of the mid-level
+engine: the model is unchanged, the artifact serves any batch size in a
+process that never imports tfemb, with the numpy reference's numbers, and
+holds each table's parameters once (no optimizer slot)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import helpers
+import reference
+import tfemb
+import tfemb.layers
+
+keras = tf.keras
+LEGACY = os.environ.get("TF_USE_LEGACY_KERAS", "0").lower() in ("1", "true")
+USERS, ITEMS = (500, 8), (300, 4)  # (vocabulary, dim)
+EXPORTS = ["model.export", "tf.saved_model.save", "export_for_serving"]
+
+
+def build_model():
+  users = tfemb.TableConfig(*USERS, name="users")
+  items = tfemb.TableConfig(*ITEMS, name="items", combiner="mean")
+  layer = tfemb.layers.TPUEmbedding(
+      {"user": tfemb.FeatureConfig(users), "item": tfemb.FeatureConfig(items)},
+      tfemb.Adagrad(0.5))  # slots: an export must leave them out
+  inputs = {"user": keras.Input(shape=(), dtype="int64", name="user"),
+            "item": keras.Input(shape=(1,), dtype="int64", name="item")}
+  act = layer(inputs)
+  out = keras.layers.Dense(1)(keras.layers.Concatenate()([act["user"],
+                                                           act["item"]]))
+  model = keras.Model(inputs, out)
+  model.compile(optimizer="sgd", loss="mse")
+  return model, layer
+
+
+def data(n, seed):
+  rng = np.random.default_rng(seed)
+  x = {"user": rng.integers(0, USERS[0], size=n),
+       "item": rng.integers(0, ITEMS[0], size=(n, 1))}
+  return x, rng.normal(size=(n, 1)).astype(np.float32)
+
+
+def expected(model, layer, x, dtype=np.float32):
+  """numpy: the rows (optionally rounded to `dtype`), the dense layer."""
+  tables = {t.name: np.asarray(v.numpy()).astype(dtype).astype(np.float32)
+            for t, v in layer.embedding_tables.items()}
+  act = np.concatenate([tables["users"][x["user"]],
+                        tables["items"][x["item"][:, 0]]], axis=1)
+  kernel, bias = model.layers[-1].get_weights()
+  return act @ kernel + bias
+
+
+def trained_model():
+  model, layer = build_model()
+  x, y = data(256, 0)
+  # Equal batches: Keras traces the step with a static batch size of 64.
+  model.fit(x, y, batch_size=64, epochs=2, verbose=0)
+  return model, layer
+
+
+def state(layer):
+  return {f"{t.name}/{n}": v.numpy().copy()
+          for t, slots in layer.embedding_variables.items()
+          for n, v in slots.items()}
+
+
+def export(model, how, path, **kwargs):
+  if how == "model.export":
+    if not hasattr(model, "export"):
+      pytest.fail("this Keras has no model.export")
+    model.export(path, **kwargs)
+  elif how == "tf.saved_model.save":
+    tf.saved_model.save(model, path)
+  else:
+    tfemb.export_for_serving(model, path, **kwargs)
+
+
+_SERVER = r"""
+import importlib.abc, json, sys
+
+class NoTfemb(importlib.abc.MetaPathFinder):
+  def find_spec(self, name, path=None, target=None):
+    if name == "tfemb" or name.startswith("tfemb."):
+      raise ImportError("tfemb is not importable in this process")
+
+sys.meta_path.insert(0, NoTfemb())
+import numpy as np
+import tensorflow as tf
+
+requests = json.load(open(sys.argv[1]))
+out = {}
+for i, (path, features, ragged) in enumerate(requests):
+  loaded = tf.saved_model.load(path)
+  if ragged:  # `serve`: SavedModel signatures take dense tensors only
+    got = loaded.serve({k: tf.ragged.constant(v, tf.int64) if k in ragged
+                        else tf.constant(np.asarray(v, np.int64))
+                        for k, v in features.items()})
+  else:
+    serve = loaded.signatures["serving_default"]
+    names = sorted(serve.structured_input_signature[1])
+    if set(names) != set(features):  # Keras 3's names: the nest order
+      features = dict(zip(names, [features[k] for k in sorted(features)]))
+    got = serve(**{k: tf.constant(np.asarray(v, np.int64))
+                   for k, v in features.items()})
+  if not isinstance(got, dict):
+    got = {"output_0": got}
+  for name, value in got.items():
+    out[f"{i}/{name}"] = value.numpy()
+np.savez(sys.argv[2], **out)
+assert "tfemb" not in sys.modules, "tfemb was imported"
+print("served without tfemb")
+"""
+
+
+def serve_without_tfemb(tmp_path, requests, ragged=()):
+  """Each (SavedModel path, features) served in a process where tfemb
+  cannot be imported: by `serving_default` (its outputs' dict), or with
+  the features named in `ragged` as RaggedTensors, by `serve`."""
+  (tmp_path / "server.py").write_text(_SERVER)
+  (tmp_path / "requests.json").write_text(json.dumps(
+      [(p, {k: [np.asarray(r).tolist() for r in v] if k in ragged else
+            np.asarray(v).tolist()
+            for k, v in f.items()}, list(ragged)) for p, f in requests]))
+  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+  result = subprocess.run(
+      [sys.executable, "-I", str(tmp_path / "server.py"),
+       str(tmp_path / "requests.json"), str(tmp_path / "served.npz")],
+      cwd=str(tmp_path), env=env, capture_output=True, text=True,
+      timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "served without tfemb" in result.stdout
+  served = np.load(tmp_path / "served.npz")
+  outputs = [{} for _ in requests]
+  for key in served.files:
+    i, name = key.split("/", 1)
+    outputs[int(i)][name] = served[key]
+  return outputs
+
+
+def only(outputs):
+  """The single output of each served request."""
+  assert all(len(o) == 1 for o in outputs)
+  return [next(iter(o.values())) for o in outputs]
+
+
+def variable_bytes(path):
+  reader = tf.train.load_checkpoint(os.path.join(path, "variables",
+                                                 "variables"))
+  dtypes = reader.get_variable_to_dtype_map()
+  return {name: int(np.prod(shape)) * dtypes[name].size
+          for name, shape in reader.get_variable_to_shape_map().items()
+          if name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+
+
+def parameter_bytes(model, layer):
+  tables = sum(v.numpy().nbytes for v in layer.embedding_tables.values())
+  return tables + sum(w.nbytes for w in model.layers[-1].get_weights())
+
+
+@pytest.mark.parametrize("how", EXPORTS)
+def test_export_leaves_the_model_working_at_any_batch_size(how, tmp_path):
+  model, layer = trained_model()
+  before = state(layer)
+  export(model, how, str(tmp_path / "export"))
+  for key, value in before.items():  # the export changed nothing
+    np.testing.assert_array_equal(state(layer)[key], value, err_msg=key)
+  for n in (32, 5, 64):
+    x, _ = data(n, n)
+    np.testing.assert_allclose(model.predict(x, verbose=0),
+                               expected(model, layer, x), rtol=1e-5,
+                               atol=1e-6)
+  x, y = data(10, 1)
+  loss = model.evaluate(x, y, batch_size=10, verbose=0)
+  np.testing.assert_allclose(
+      loss, np.mean((expected(model, layer, x) - y) ** 2), rtol=1e-5)
+  x, y = data(48, 2)
+  model.fit(x, y, batch_size=16, verbose=0)
+  assert not np.array_equal(state(layer)["users/parameters"],
+                            before["users/parameters"])
+  np.testing.assert_allclose(model.predict(x, verbose=0),
+                             expected(model, layer, x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("how", EXPORTS)
+def test_served_at_any_batch_size_without_tfemb(how, tmp_path):
+  model, layer = trained_model()
+  path = str(tmp_path / "export")
+  export(model, how, path)
+  batches = [data(n, 10 + n)[0] for n in (1, 7, 64, 100)]
+  served = only(serve_without_tfemb(tmp_path, [(path, x) for x in batches]))
+  for x, got in zip(batches, served):
+    np.testing.assert_allclose(got, expected(model, layer, x), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(got, model.predict(x, verbose=0), rtol=1e-6,
+                               atol=1e-6)
+
+
+@pytest.mark.parametrize("how", ["model.export", "export_for_serving"])
+def test_inference_export_holds_each_table_once_and_no_slot(how, tmp_path):
+  model, layer = trained_model()
+  path = str(tmp_path / "export")
+  export(model, how, path)
+  saved = variable_bytes(path)
+  assert sum(saved.values()) <= 1.05 * parameter_bytes(model, layer), saved
+  reader = tf.train.load_checkpoint(os.path.join(path, "variables",
+                                                 "variables"))
+  tables = {t.name: v.numpy() for t, v in layer.embedding_tables.items()}
+  found = []
+  for name, shape in reader.get_variable_to_shape_map().items():
+    for table, value in tables.items():
+      if list(shape) == list(value.shape):
+        np.testing.assert_array_equal(reader.get_tensor(name), value)
+        found.append(table)
+  assert sorted(found) == ["items", "users"]
+
+
+def test_full_saves_keep_the_slots(tmp_path):
+  model, layer = trained_model()
+  tfemb.export_for_serving(model, str(tmp_path / "export"))
+  accumulators = state(layer)["users/accumulators"]
+  assert not np.all(accumulators == accumulators.flat[0])  # trained
+  path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
+  reader = tf.train.load_checkpoint(path)
+  keys = [k for k in reader.get_variable_to_shape_map()
+          if "users.Saccumulators" in k]
+  assert len(keys) == 1
+  np.testing.assert_array_equal(reader.get_tensor(keys[0]), accumulators)
+  saved = str(tmp_path / ("model" if LEGACY else "model.keras"))
+  model.save(saved)
+  loaded = keras.models.load_model(saved)
+  loaded_layer = next(l for l in loaded.layers
+                      if isinstance(l, tfemb.layers.TPUEmbedding))
+  for key, value in state(layer).items():
+    np.testing.assert_array_equal(state(loaded_layer)[key], value,
+                                  err_msg=key)
+
+
+def mid_level_embedding():
+  users = tfemb.TableConfig(*USERS, name="users")
+  items = tfemb.TableConfig(*ITEMS, name="items", combiner="sqrtn")
+  config = {"user": tfemb.FeatureConfig(users),
+            "items": tfemb.FeatureConfig(items),
+            "history": tfemb.FeatureConfig(items, max_sequence_length=3)}
+  embedding = tfemb.TPUEmbedding(config, tfemb.Adam(0.1))
+  embedding.build()
+  rng = np.random.default_rng(3)
+  for table in (users, items):
+    embedding.embedding_tables[table].assign(
+        rng.normal(size=(table.vocabulary_size, table.dim)).astype(
+            np.float32))
+  return embedding, users, items
+
+
+def test_mid_level_export_serves_dense_and_ragged_ids_without_tfemb(tmp_path):
+  embedding, users, items = mid_level_embedding()
+  ragged = tf.RaggedTensorSpec([None, None], tf.int64)
+  signature = {"user": tf.TensorSpec([None], tf.int64), "items": ragged,
+               "history": ragged}
+  path = str(tmp_path / "export")
+  tfemb.export_for_serving(embedding, path, input_signature=signature)
+  u = embedding.embedding_tables[users].numpy()
+  i = embedding.embedding_tables[items].numpy()
+  assert sum(variable_bytes(path).values()) <= 1.05 * (u.nbytes + i.nbytes)
+  rng = np.random.default_rng(4)
+  requests, expected_rows = [], []
+  for n in (1, 6, 33):
+    rows = helpers.random_rows(rng, n, ITEMS[0], 4)
+    history = helpers.random_rows(rng, n, ITEMS[0], 5)
+    user = rng.integers(0, USERS[0], size=n)
+    requests.append((path, {"user": user, "items": rows,
+                            "history": history}))
+    expected_rows.append((user, rows, history))
+  served = serve_without_tfemb(tmp_path, requests,
+                               ragged=("items", "history"))
+  for got, (user, rows, history) in zip(served, expected_rows):
+    np.testing.assert_array_equal(got["user"], u[user])
+    np.testing.assert_allclose(got["items"],
+                               reference.combine(i, rows, "sqrtn"),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(got["history"],
+                                  reference.sequence(i, history, 3))
+
+
+def test_mid_level_export_with_sharded_tables_says_what_to_do(tmp_path):
+  """Tables over parameter servers are `ShardedVariable`s; one made here
+  stands for them."""
+  embedding, users, _ = mid_level_embedding()
+  table = embedding._variables["users"]  # pylint: disable=protected-access
+  value = table["parameters"].numpy()
+  table["parameters"] = tf.__internal__.distribute.ShardedVariable(
+      [tf.Variable(value[:250]), tf.Variable(value[250:])])
+  with pytest.raises(ValueError, match="Table 'users' is sharded over "
+                     "parameter servers.*restore it into the same model "
+                     "built without ParameterServerStrategy"):
+    tfemb.export_for_serving(embedding, str(tmp_path / "export"))
+
+
+def test_bfloat16_tables_halve_the_export(tmp_path):
+  model, layer = trained_model()
+  full, half = str(tmp_path / "float32"), str(tmp_path / "bfloat16")
+  tfemb.export_for_serving(model, full)
+  tfemb.export_for_serving(model, half, table_dtype=tf.bfloat16)
+  tables = sum(v.numpy().nbytes for v in layer.embedding_tables.values())
+  saved_full, saved_half = (sum(variable_bytes(p).values())
+                            for p in (full, half))
+  assert saved_full - saved_half == tables // 2
+  x, _ = data(50, 5)
+  served, = only(serve_without_tfemb(tmp_path, [(half, x)]))
+  # Exactly the model with its rows rounded to bfloat16 ...
+  np.testing.assert_allclose(
+      served, expected(model, layer, x, ml_dtypes.bfloat16), rtol=1e-5,
+      atol=1e-6)
+  # ... within the documented tolerance of float32's predictions: each
+  # output moves by at most 2^-8 x sum |kernel x activation|.
+  tables = {t.name: v.numpy() for t, v in layer.embedding_tables.items()}
+  act = np.concatenate([tables["users"][x["user"]],
+                        tables["items"][x["item"][:, 0]]], axis=1)
+  kernel = model.layers[-1].get_weights()[0]
+  bound = 2.0 ** -8 * (np.abs(act) @ np.abs(kernel))
+  assert np.all(np.abs(served - model.predict(x, verbose=0)) <= bound + 1e-7)
+
+
+def test_export_of_an_unbuilt_embedding_or_a_bad_dtype():
+  embedding = tfemb.TPUEmbedding(
+      {"f": tfemb.FeatureConfig(tfemb.TableConfig(4, 2, name="t"))},
+      tfemb.SGD(0.1))
+  with pytest.raises(ValueError, match="table_dtype must be tf.float32 or "
+                     "tf.bfloat16, got float16"):
+    tfemb.export_for_serving(embedding, "/nonexistent", table_dtype=tf.float16)
+  with pytest.raises(TypeError, match="takes a Keras model"):
+    tfemb.export_for_serving(object(), "/nonexistent")
+
+
+def subclassed(layer):
+  """A subclassed model around `layer`, never called."""
+
+  class Model(keras.Model):
+
+    def __init__(self):
+      super().__init__()
+      self.embedding = layer
+
+    def call(self, features):
+      return self.embedding(features)["f"]
+
+  return Model()
+
+
+def test_unbuilt_layer_export_says_what_to_do(tmp_path):
+  layer = tfemb.layers.TPUEmbedding(
+      {"f": tfemb.FeatureConfig(tfemb.TableConfig(4, 2, name="t"))}, "sgd")
+  with pytest.raises(ValueError, match="pass input_signature"):
+    tfemb.export_for_serving(subclassed(layer), str(tmp_path / "export"))
+
+
+def test_model_with_ragged_inputs_serves_them_without_tfemb(tmp_path):
+  items = tfemb.TableConfig(*ITEMS, name="items", combiner="mean")
+  layer = tfemb.layers.TPUEmbedding(
+      {"items": tfemb.FeatureConfig(items),
+       "history": tfemb.FeatureConfig(items, max_sequence_length=2)},
+      tfemb.Adagrad(0.5))
+  inputs = {name: keras.Input(shape=(None,), dtype="int64", ragged=True,
+                              name=name) for name in ("items", "history")}
+  act = layer(inputs)
+  out = keras.layers.Dense(1)(keras.layers.Concatenate()([
+      act["items"], keras.layers.Flatten()(act["history"])]))
+  model = keras.Model(inputs, out)
+  model.compile(optimizer="sgd", loss="mse")
+  rng = np.random.default_rng(6)
+
+  def batch(n):
+    return {name: helpers.random_rows(rng, n, ITEMS[0], 4)
+            for name in ("items", "history")}
+
+  for _ in range(2):
+    x = batch(16)
+    model.train_on_batch({k: helpers.ragged(v) for k, v in x.items()},
+                         np.ones((16, 1), np.float32))
+  path = str(tmp_path / "export")
+  tfemb.export_for_serving(model, path)
+  batches = [batch(n) for n in (3, 40)]
+  served = only(serve_without_tfemb(tmp_path, [(path, x) for x in batches],
+                                    ragged=("items", "history")))
+  table = layer.embedding_tables[items].numpy()
+  kernel, bias = model.layers[-1].get_weights()
+  for x, got in zip(batches, served):
+    act = np.concatenate([
+        reference.combine(table, x["items"], "mean"),
+        reference.sequence(table, x["history"], 2).reshape(len(got), -1)],
+                         axis=1)
+    np.testing.assert_allclose(got, act @ kernel + bias, rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_unbuilt_model_exports_its_initial_tables_given_a_signature(
+    tmp_path):
+  table = tfemb.TableConfig(4, 2, name="t")
+  layer = tfemb.layers.TPUEmbedding({"f": tfemb.FeatureConfig(table)}, "sgd")
+  path = str(tmp_path / "export")
+  tfemb.export_for_serving(subclassed(layer), path, input_signature={
+      "f": tf.TensorSpec([None], tf.int64)})
+  loaded = tf.saved_model.load(path)
+  got = loaded.serve({"f": tf.constant([3, 0, 3], tf.int64)})
+  np.testing.assert_array_equal(
+      got.numpy(), layer.embedding_tables[table].numpy()[[3, 0, 3]])
