@@ -44,5 +44,5 @@ __all__ = optimizers.__all__ + sparsecore_configs.__all__ + [
     "TableConfig", "FeatureConfig", "QuantizationConfig", "TPUEmbedding",
     "to_tensorflow", "Options", "TPUEmbeddingForServing",
     "serving_embedding_lookup", "TPUEmbeddingV0", "TPUEmbeddingV2", "patch",
-    "unpatch",
+    "unpatch", "export_for_serving",
 ]
