@@ -1,0 +1,171 @@
+"""Where the supported TensorFlow and Keras versions differ, in one place.
+
+tfemb runs on TensorFlow 2.16 to 2.21 (`OLDEST`, `NEWEST`), with Keras 3
+from `KERAS_MIN` or with tf_keras. Its own API is TensorFlow 2.21's on every
+one of them. Older releases lack a few of the classes and arguments tfemb
+hands to TensorFlow (`ADDED_IN`); the modules that talk to TensorFlow
+(`tfemb.tf_conversion`, the TPU delegate, the plan, the proto builder, the
+SparseCore host engine) ask this module instead of checking versions.
+
+A configuration that needs what the installed TensorFlow lacks raises
+`TensorFlowVersionError`, naming the feature and the version that has it.
+"""
+
+import inspect
+from typing import Any, Dict
+
+OLDEST = "2.16"
+NEWEST = "2.21"
+# The first Keras 3 whose layer numbers and symbolic calls tfemb's layer
+# matches (older ones lack `keras.Input(ragged=True)` and
+# `keras.src.backend.common.symbolic_scope`).
+KERAS_MIN = "3.6.0"
+_INSTALL = (
+    "`pip install 'tfemb[cpu]'` (tensorflow-cpu), `pip install "
+    "'tfemb[tensorflow]'` (tensorflow and tf-keras), or your platform's own "
+    "build (e.g. tensorflow-tpu on a TPU VM)")
+
+try:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+except ModuleNotFoundError as error:
+  if error.name != "tensorflow":
+    raise
+  raise ImportError(
+      f"tfemb needs TensorFlow {OLDEST} to {NEWEST}, and none is installed: "
+      f"{_INSTALL}.") from error
+
+
+def _version_tuple(version: str):
+  return tuple(int(part) for part in version.split(".")[:3]
+               if part.isdigit())
+
+
+if _version_tuple(tf.__version__) < _version_tuple(OLDEST):
+  raise ImportError(
+      f"tfemb needs TensorFlow {OLDEST} to {NEWEST}; the installed "
+      f"TensorFlow is {tf.__version__}: {_INSTALL}.")
+
+_EMBEDDING = tf.tpu.experimental.embedding
+
+# The TensorFlow release that added each class or constructor argument of
+# `tf.tpu.experimental.embedding` (or internal piece) that tfemb may need,
+# read from each release's `tpu_embedding_v2_utils.py` and
+# `tpu_embedding_v3.py`. Everything else is in all supported releases.
+ADDED_IN = {
+    "SparseCoreEmbeddingConfig": "2.17",
+    "SparseCoreEmbeddingConfig.initialize_tables_on_host": "2.18",
+    "SparseCoreEmbeddingConfig.enable_fast_table_initialization": "2.18",
+    "TPUEmbeddingV2.sparse_core_embedding_config": "2.17",
+    "SparseCore table stacking (_pywrap_sparse_core_layout)": "2.17",
+    "CustomOptimizer": "2.18",
+    "CustomOptimizer.slot_dims": "2.21",
+    "CustomCombiner": "2.20",
+    "TableConfig.dtype": "2.20",
+}
+
+
+class TensorFlowVersionError(ValueError):
+  """A configuration needs a TensorFlow newer than the installed one."""
+
+
+def version_error(what: str, feature: str) -> TensorFlowVersionError:
+  return TensorFlowVersionError(
+      f"{what} needs {feature}, which TensorFlow has from version "
+      f"{ADDED_IN[feature]} on; the installed TensorFlow is "
+      f"{tf.__version__} (tfemb supports {OLDEST} to {NEWEST}).")
+
+
+def _parameters(cls) -> Dict[str, inspect.Parameter]:
+  return dict(inspect.signature(cls.__init__).parameters)
+
+
+def newest_class(name: str):
+  """TensorFlow's `tf.tpu.experimental.embedding.<name>` where it has 2.21's
+  constructor arguments here, else None (tfemb then has its own class)."""
+  cls = getattr(_EMBEDDING, name, None)
+  prefix = f"{name}."
+  added = {k[len(prefix):] for k in ADDED_IN if k.startswith(prefix)}
+  if cls is None or not added <= set(_parameters(cls)):
+    return None
+  return cls
+
+
+def tensorflow_class(name: str, what: str):
+  """`tf.tpu.experimental.embedding.<name>`, or a version error for `what`."""
+  cls = getattr(_EMBEDDING, name, None)
+  if cls is None:
+    raise version_error(what, name)
+  return cls
+
+
+def _is_default(value: Any, default: Any) -> bool:
+  try:
+    return value is default or bool(value == default)
+  except (TypeError, ValueError):  # e.g. an array's ambiguous truth value
+    return False
+
+
+def construct(cls, kwargs: Dict[str, Any], what: str, reference=None):
+  """`cls(**kwargs)` with the arguments this TensorFlow's `cls` accepts.
+
+  An argument it lacks is dropped where its value is the default of
+  `reference` (the same class as in TensorFlow 2.21; default: `cls`'s own
+  defaults, so only a None is dropped); otherwise the conversion would
+  lose it, and this raises: a version error where `ADDED_IN` knows the
+  argument, else a ValueError naming it.
+  """
+  accepted = _parameters(cls)
+  if any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
+    accepted = kwargs  # takes any keyword
+  defaults = _parameters(reference) if reference is not None else {}
+  for name, value in kwargs.items():
+    if name in accepted:
+      continue
+    default = defaults[name].default if name in defaults else None
+    if _is_default(value, default):
+      continue
+    feature = f"{cls.__name__}.{name}"
+    if feature in ADDED_IN:
+      raise version_error(f"{what} ({name}={value!r})", feature)
+    raise ValueError(
+        f"{what}: this TensorFlow's {cls.__name__} has no argument "
+        f"{name!r} (value {value!r}); it cannot be converted losslessly.")
+  return cls(**{k: v for k, v in kwargs.items() if k in accepted})
+
+
+def sparse_core_layout(what: str):
+  """TensorFlow's SparseCore table stacker module, or a version error."""
+  try:
+    from tensorflow.python.tpu import _pywrap_sparse_core_layout  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  except ImportError:
+    raise version_error(  # pylint: disable=raise-missing-from
+        what, "SparseCore table stacking (_pywrap_sparse_core_layout)")
+  return _pywrap_sparse_core_layout
+
+
+def keras_3() -> bool:
+  """Whether `tf.keras` is Keras 3 (else tf_keras, TF_USE_LEGACY_KERAS=1)."""
+  return tf.keras.layers.Layer.__module__.startswith("keras.")
+
+
+def check_keras() -> None:
+  """Refuses a Keras 3 older than `KERAS_MIN`: tfemb's layer would fail or,
+  under `MirroredStrategy`, train to wrong numbers. (tf_keras comes in the
+  version of its TensorFlow.)"""
+  if not keras_3():
+    return
+  import keras  # pylint: disable=g-import-not-at-top
+  if _version_tuple(keras.__version__) < _version_tuple(KERAS_MIN):
+    raise RuntimeError(
+        f"tfemb's Keras layer needs Keras {KERAS_MIN} or newer; the "
+        f"installed Keras is {keras.__version__}. Run `pip install "
+        f"'keras>={KERAS_MIN}'`, or use tf_keras (TF_USE_LEGACY_KERAS=1).")
+
+
+def in_keras_symbolic_scope() -> bool:
+  """True while Keras 3 runs a layer on placeholders to learn its output
+  shapes (`keras.ops`' `compute_output_spec`), never on data."""
+  if not keras_3():
+    return False
+  from keras.src.backend.common import symbolic_scope  # pylint: disable=g-import-not-at-top
+  return symbolic_scope.in_symbolic_scope()
