@@ -39,13 +39,7 @@ def test_added_in_matches_the_installed_tensorflow(feature):
   """Each entry is present exactly from its version on (here: the installed
   TensorFlow, on the side of the entry's version it falls)."""
   since = tf_versions.ADDED_IN[feature]
-  if feature.startswith("SparseCore table stacking"):
-    try:
-      tf_versions.sparse_core_layout("here")
-      present = True
-    except tf_versions.TensorFlowVersionError:
-      present = False
-  elif "." in feature:
+  if "." in feature:
     name, argument = feature.split(".")
     cls = getattr(tf_embedding, name, None)
     present = cls is not None and argument in inspect.signature(
@@ -256,3 +250,21 @@ def test_protobuf_refuses_a_bool_enum_from_version_7_on():
   else:
     parameters.low_dimensional_packing_status = True
     assert parameters.low_dimensional_packing_status == 1
+
+
+def test_tpu_embedding_v2_on_the_host_needs_tensorflows_stacker():
+  """The host's SparseCore engine lays tables out with TensorFlow's own
+  stacker (2.17 on); before, it refuses with the version error."""
+  table = tfemb.TableConfig(vocabulary_size=16, dim=4, name="t")
+  feature_config = {"f": tfemb.FeatureConfig(table, output_shape=[8])}
+  assert tf_versions.STACKER_ADDED_IN == "2.17"
+  if _has("2.17"):
+    engine = tfemb.TPUEmbeddingV2(feature_config, tfemb.SGD(0.1))
+    assert list(engine.embedding_layouts) == ["t"]
+    return
+  with pytest.raises(tf_versions.TensorFlowVersionError,
+                     match=r"TPUEmbeddingV2 on the host needs SparseCore "
+                     r"table stacking \(_pywrap_sparse_core_layout\), which "
+                     r"TensorFlow has from version 2.17 on; the installed "
+                     r"TensorFlow is 2\.16"):
+    tfemb.TPUEmbeddingV2(feature_config, tfemb.SGD(0.1))

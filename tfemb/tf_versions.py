@@ -48,30 +48,39 @@ if _version_tuple(tf.__version__) < _version_tuple(OLDEST):
 _EMBEDDING = tf.tpu.experimental.embedding
 
 # The TensorFlow release that added each class or constructor argument of
-# `tf.tpu.experimental.embedding` (or internal piece) that tfemb may need,
-# read from each release's `tpu_embedding_v2_utils.py` and
-# `tpu_embedding_v3.py`. Everything else is in all supported releases.
+# `tf.tpu.experimental.embedding` that tfemb may need, read from each
+# release's `tpu_embedding_v2_utils.py` and `tpu_embedding_v3.py`; and the
+# one that added the SparseCore table stacker (`_pywrap_sparse_core_layout`).
+# Everything else is in all supported releases.
 ADDED_IN = {
     "SparseCoreEmbeddingConfig": "2.17",
     "SparseCoreEmbeddingConfig.initialize_tables_on_host": "2.18",
     "SparseCoreEmbeddingConfig.enable_fast_table_initialization": "2.18",
     "TPUEmbeddingV2.sparse_core_embedding_config": "2.17",
-    "SparseCore table stacking (_pywrap_sparse_core_layout)": "2.17",
     "CustomOptimizer": "2.18",
     "CustomOptimizer.slot_dims": "2.21",
     "CustomCombiner": "2.20",
     "TableConfig.dtype": "2.20",
 }
+STACKER = "SparseCore table stacking (_pywrap_sparse_core_layout)"
+STACKER_ADDED_IN = "2.17"
+
+
+def missing_here():
+  """The `ADDED_IN` entries the installed TensorFlow lacks (none on 2.21)."""
+  installed = _version_tuple(tf.__version__)[:2]
+  return {k for k, v in ADDED_IN.items() if _version_tuple(v) > installed}
 
 
 class TensorFlowVersionError(ValueError):
   """A configuration needs a TensorFlow newer than the installed one."""
 
 
-def version_error(what: str, feature: str) -> TensorFlowVersionError:
+def version_error(what: str, feature: str,
+                  since: str = "") -> TensorFlowVersionError:
   return TensorFlowVersionError(
       f"{what} needs {feature}, which TensorFlow has from version "
-      f"{ADDED_IN[feature]} on; the installed TensorFlow is "
+      f"{since or ADDED_IN[feature]} on; the installed TensorFlow is "
       f"{tf.__version__} (tfemb supports {OLDEST} to {NEWEST}).")
 
 
@@ -138,8 +147,7 @@ def sparse_core_layout(what: str):
   try:
     from tensorflow.python.tpu import _pywrap_sparse_core_layout  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
   except ImportError:
-    raise version_error(  # pylint: disable=raise-missing-from
-        what, "SparseCore table stacking (_pywrap_sparse_core_layout)")
+    raise version_error(what, STACKER, STACKER_ADDED_IN)  # pylint: disable=raise-missing-from
   return _pywrap_sparse_core_layout
 
 
