@@ -38,8 +38,7 @@ def fixture_calls(monkeypatch):
   for name in ENGINES:
     monkeypatch.setattr(
         tf_embedding, name,
-        lambda *args, _name=name, **kwargs: _Recorder(
-            _name, calls, *args, *kwargs.values()))
+        lambda *args, _name=name: _Recorder(_name, calls, *args))
   return calls
 
 

@@ -114,18 +114,21 @@ def _is_default(value: Any, default: Any) -> bool:
     return False
 
 
-def construct(cls, kwargs: Dict[str, Any], what: str, reference=None):
+def construct(cls, kwargs: Dict[str, Any], what: str, reference=None,
+              positional: bool = False):
   """`cls(**kwargs)` with the arguments this TensorFlow's `cls` accepts.
 
   An argument it lacks is dropped where its value is the default of
   `reference` (the same class as in TensorFlow 2.21; default: `cls`'s own
   defaults, so only a None is dropped); otherwise the conversion would
   lose it, and this raises: a version error where `ADDED_IN` knows the
-  argument, else a ValueError naming it.
+  argument, else a ValueError naming it. `positional`: passes the kept
+  arguments in order (TensorFlow's engines, as its own callers do).
   """
   accepted = _parameters(cls)
-  if any(p.kind is p.VAR_KEYWORD for p in accepted.values()):
-    accepted = kwargs  # takes any keyword
+  if any(p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+         for p in accepted.values()):
+    accepted = kwargs  # takes anything
   defaults = _parameters(reference) if reference is not None else {}
   for name, value in kwargs.items():
     if name in accepted:
@@ -139,7 +142,8 @@ def construct(cls, kwargs: Dict[str, Any], what: str, reference=None):
     raise ValueError(
         f"{what}: this TensorFlow's {cls.__name__} has no argument "
         f"{name!r} (value {value!r}); it cannot be converted losslessly.")
-  return cls(**{k: v for k, v in kwargs.items() if k in accepted})
+  kept = {k: v for k, v in kwargs.items() if k in accepted}
+  return cls(*kept.values()) if positional else cls(**kept)
 
 
 def sparse_core_layout(what: str):

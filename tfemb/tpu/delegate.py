@@ -115,4 +115,4 @@ def make_tpu_embedding_v2(feature_config: Any,
            pipeline_execution_with_tensor_core=(
                pipeline_execution_with_tensor_core),
            sparse_core_embedding_config=sparse_core_embedding_config),
-      "TPUEmbeddingV2")
+      "TPUEmbeddingV2", positional=True)
