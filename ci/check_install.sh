@@ -13,7 +13,9 @@ repo="$(pwd)"
 PYTHON="${PYTHON:-python3}"
 version="${1:-$(sed -n 's/^NEWEST = "\(.*\)"$/\1/p' tfemb/tf_versions.py)}"
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+# Building tfemb leaves build/ in the clone; removed unless it was there.
+had_build="$([ -e build ] && echo yes || true)"
+trap 'rm -rf "$work"; [ -n "$had_build" ] || rm -rf build' EXIT
 
 # Prints each installed distribution that provides the `tensorflow` package.
 count_tensorflows='

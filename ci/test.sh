@@ -17,11 +17,11 @@ source ci/passes.sh
 run_passes .venv/bin/python tests
 echo "=== the whole suite passed under both Keras flavours ==="
 
-read_version() {  # <name>: a version constant of tfemb/tf_versions.py
-  sed -n "s/^$1 = \"\(.*\)\"$/\1/p" tfemb/tf_versions.py
+read_version() {  # <name> <file>: a version constant of a tfemb module
+  sed -n "s/^$1 = \"\(.*\)\"$/\1/p" "$2"
 }
-oldest="$(read_version OLDEST)"
-keras_min="$(read_version KERAS_MIN)"
+oldest="$(read_version OLDEST tfemb/tf_versions.py)"
+keras_min="$(read_version KERAS_MIN tfemb/layers/keras_versions.py)"
 echo "=== the core tests on TensorFlow $oldest with Keras $keras_min ==="
 source ci/setup_tf_version.sh "$oldest" "$keras_min"
 run_passes "$TF_VENV/bin/python" tests \

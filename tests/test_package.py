@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from tfemb import tf_versions
+from tfemb.layers import keras_versions
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -85,7 +86,7 @@ def test_setup_cfg_requires_no_tensorflow_build_and_declares_the_range():
   extras and the Keras floor are tfemb.tf_versions' range."""
   lines = _setup_cfg()
   assert lines("options", "install_requires") == [
-      f"keras>={tf_versions.KERAS_MIN}"]
+      f"keras>={keras_versions.KERAS_MIN}"]
   bounds = f">={tf_versions.OLDEST},<2.{int(tf_versions.NEWEST[2:]) + 1}"
   assert lines("options.extras_require", "cpu") == [
       f"tensorflow-cpu{bounds}"]

@@ -15,6 +15,7 @@ import tfemb
 from tfemb import sparsecore_backports
 from tfemb import tf_conversion
 from tfemb import tf_versions
+from tfemb.layers import keras_versions
 from tfemb.tpu import delegate
 from test_sparsecore_configs import sgd_computation
 from tpu_stand_in import EmbeddingFeature
@@ -22,16 +23,13 @@ from tpu_stand_in import StandInTPUStrategy
 from tpu_stand_in import use_strategy
 
 tf_embedding = tf.tpu.experimental.embedding
-INSTALLED = tf_versions._version_tuple(tf.__version__)[:2]  # pylint: disable=protected-access
-
-
-def _has(since: str) -> bool:
-  return INSTALLED >= tf_versions._version_tuple(since)  # pylint: disable=protected-access
+INSTALLED = tf_versions.version_tuple(tf.__version__)[:2]
+_has = tf_versions.at_least
 
 
 def test_the_installed_tensorflow_is_in_the_supported_range():
-  assert (tf_versions._version_tuple(tf_versions.OLDEST) <= INSTALLED <=  # pylint: disable=protected-access
-          tf_versions._version_tuple(tf_versions.NEWEST))  # pylint: disable=protected-access
+  assert (tf_versions.version_tuple(tf_versions.OLDEST) <= INSTALLED <=
+          tf_versions.version_tuple(tf_versions.NEWEST))
 
 
 @pytest.mark.parametrize("feature", sorted(tf_versions.ADDED_IN))
@@ -121,7 +119,7 @@ def test_a_backported_custom_optimizer_converts_where_tensorflow_has_it():
   assert type(converted) is tf_embedding.CustomOptimizer
   assert converted.custom_computation is sgd_computation
   assert converted.learning_rate == 0.3
-  assert converted._slot_names() == ["v"]  # pylint: disable=protected-access
+  assert converted._slot_names() == ["v"]
   assert converted.hyperparameters == (0.5,)
 
 
@@ -180,7 +178,7 @@ def test_the_tpu_engine_v2_gets_a_sparsecore_config_where_it_takes_one(
   engine = delegate.make_tpu_embedding_v2(feature_config, tfemb.SGD(0.1),
                                           sparse_core_embedding_config=config)
   assert type(engine) is tf_embedding.TPUEmbeddingV2
-  handed = engine._sparse_core_embedding_config  # pylint: disable=protected-access
+  handed = engine._sparse_core_embedding_config
   assert type(handed) is tf_embedding.SparseCoreEmbeddingConfig
   assert handed.max_ids_per_chip_per_sample == 8
 
@@ -191,17 +189,17 @@ def test_an_old_keras_3_is_refused_by_the_layer(monkeypatch):
   (tf_keras is TensorFlow's own; the check does not apply.)"""
   table = tfemb.TableConfig(vocabulary_size=10, dim=2, name="t")
   feature_config = {"f": tfemb.FeatureConfig(table)}
-  if not tf_versions.keras_3():
-    monkeypatch.setattr(tf_versions, "KERAS_MIN", "99.0.0")
+  if not keras_versions.keras_3():
+    monkeypatch.setattr(keras_versions, "KERAS_MIN", "99.0.0")
     tfemb.layers.TPUEmbedding(feature_config, "sgd")
     return
   import keras  # pylint: disable=g-import-not-at-top
   monkeypatch.setattr(keras, "__version__", "3.3.3")
   with pytest.raises(RuntimeError, match=(
-      f"needs Keras {tf_versions.KERAS_MIN} or newer; the installed Keras "
+      f"needs Keras {keras_versions.KERAS_MIN} or newer; the installed Keras "
       r"is 3.3.3. Run `pip install 'keras>=")):
     tfemb.layers.TPUEmbedding(feature_config, "sgd")
-  monkeypatch.setattr(keras, "__version__", tf_versions.KERAS_MIN)
+  monkeypatch.setattr(keras, "__version__", keras_versions.KERAS_MIN)
   tfemb.layers.TPUEmbedding(feature_config, "sgd")
 
 
@@ -234,22 +232,8 @@ def test_the_backported_custom_combiner_checks_as_2_21():
   combiner = sparsecore_backports.CustomCombiner(
       sgd_computation, max_valency=4, num_weights=2,
       initializer=tf.zeros_initializer())
-  assert combiner._slot_names() == ["custom_combiner_variables"]  # pylint: disable=protected-access
+  assert combiner._slot_names() == ["custom_combiner_variables"]
   assert str(combiner) == f"custom_combiner_{hash(sgd_computation)}"
-
-
-def test_protobuf_refuses_a_bool_enum_from_version_7_on():
-  """What tfemb/tpu/config_proto.py's docstring says of the installed
-  protobuf: 4 to 6 store True as 1, 7 refuses it."""
-  from google import protobuf  # pylint: disable=g-import-not-at-top
-  from tensorflow.core.protobuf.tpu import optimization_parameters_pb2  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
-  parameters = optimization_parameters_pb2.OptimizationParameters()
-  if int(protobuf.__version__.split(".")[0]) >= 7:
-    with pytest.raises(TypeError, match="Expected an int, got a boolean"):
-      parameters.low_dimensional_packing_status = True
-  else:
-    parameters.low_dimensional_packing_status = True
-    assert parameters.low_dimensional_packing_status == 1
 
 
 def test_tpu_embedding_v2_on_the_host_needs_tensorflows_stacker():

@@ -1,8 +1,9 @@
 """Where the supported TensorFlow and Keras versions differ, in one place.
 
 tfemb runs on TensorFlow 2.16 to 2.21 (`OLDEST`, `NEWEST`), with Keras 3
-from `KERAS_MIN` or with tf_keras. Its own API is TensorFlow 2.21's on every
-one of them. Older releases lack a few of the classes and arguments tfemb
+from `tfemb.layers.keras_versions.KERAS_MIN` (the Keras side, kept with the
+layer: configs and engines import no Keras) or with tf_keras. Its own API
+is TensorFlow 2.21's on every one of them. Older releases lack a few of the classes and arguments tfemb
 hands to TensorFlow (`ADDED_IN`); the modules that talk to TensorFlow
 (`tfemb.tf_conversion`, the TPU delegate, the plan, the proto builder, the
 SparseCore host engine) ask this module instead of checking versions.
@@ -16,10 +17,6 @@ from typing import Any, Dict
 
 OLDEST = "2.16"
 NEWEST = "2.21"
-# The first Keras 3 whose layer numbers and symbolic calls tfemb's layer
-# matches (older ones lack `keras.Input(ragged=True)` and
-# `keras.src.backend.common.symbolic_scope`).
-KERAS_MIN = "3.6.0"
 _INSTALL = (
     "`pip install 'tfemb[cpu]'` (tensorflow-cpu), `pip install "
     "'tfemb[tensorflow]'` (tensorflow and tf-keras), or your platform's own "
@@ -35,12 +32,12 @@ except ModuleNotFoundError as error:
       f"{_INSTALL}.") from error
 
 
-def _version_tuple(version: str):
+def version_tuple(version: str):
   return tuple(int(part) for part in version.split(".")[:3]
                if part.isdigit())
 
 
-if _version_tuple(tf.__version__) < _version_tuple(OLDEST):
+if version_tuple(tf.__version__) < version_tuple(OLDEST):
   raise ImportError(
       f"tfemb needs TensorFlow {OLDEST} to {NEWEST}; the installed "
       f"TensorFlow is {tf.__version__}: {_INSTALL}.")
@@ -66,10 +63,14 @@ STACKER = "SparseCore table stacking (_pywrap_sparse_core_layout)"
 STACKER_ADDED_IN = "2.17"
 
 
+def at_least(version: str) -> bool:
+  """Whether the installed TensorFlow is `version` (e.g. "2.17") or newer."""
+  return version_tuple(tf.__version__)[:2] >= version_tuple(version)
+
+
 def missing_here():
   """The `ADDED_IN` entries the installed TensorFlow lacks (none on 2.21)."""
-  installed = _version_tuple(tf.__version__)[:2]
-  return {k for k, v in ADDED_IN.items() if _version_tuple(v) > installed}
+  return {k for k, v in ADDED_IN.items() if not at_least(v)}
 
 
 class TensorFlowVersionError(ValueError):
@@ -153,31 +154,3 @@ def sparse_core_layout(what: str):
   except ImportError:
     raise version_error(what, STACKER, STACKER_ADDED_IN)  # pylint: disable=raise-missing-from
   return _pywrap_sparse_core_layout
-
-
-def keras_3() -> bool:
-  """Whether `tf.keras` is Keras 3 (else tf_keras, TF_USE_LEGACY_KERAS=1)."""
-  return tf.keras.layers.Layer.__module__.startswith("keras.")
-
-
-def check_keras() -> None:
-  """Refuses a Keras 3 older than `KERAS_MIN`: tfemb's layer would fail or,
-  under `MirroredStrategy`, train to wrong numbers. (tf_keras comes in the
-  version of its TensorFlow.)"""
-  if not keras_3():
-    return
-  import keras  # pylint: disable=g-import-not-at-top
-  if _version_tuple(keras.__version__) < _version_tuple(KERAS_MIN):
-    raise RuntimeError(
-        f"tfemb's Keras layer needs Keras {KERAS_MIN} or newer; the "
-        f"installed Keras is {keras.__version__}. Run `pip install "
-        f"'keras>={KERAS_MIN}'`, or use tf_keras (TF_USE_LEGACY_KERAS=1).")
-
-
-def in_keras_symbolic_scope() -> bool:
-  """True while Keras 3 runs a layer on placeholders to learn its output
-  shapes (`keras.ops`' `compute_output_spec`), never on data."""
-  if not keras_3():
-    return False
-  from keras.src.backend.common import symbolic_scope  # pylint: disable=g-import-not-at-top
-  return symbolic_scope.in_symbolic_scope()

@@ -30,14 +30,14 @@ import tensorflow as tf
 
 from tfemb import resolution
 from tfemb import shapes
-from tfemb import tf_versions
 from tfemb.layers import engines
 from tfemb.layers import keras_optimizers
+from tfemb.layers import keras_versions
 from tfemb.layers import serialization
 from tfemb.tpu import delegate
 
 _DUMMY_NAME = "tpu_embedding_helper_dummy"
-_KERAS_3 = tf_versions.keras_3()
+_KERAS_3 = keras_versions.keras_3()
 _OPTIMIZERS_BY_NAME = {
     "sgd": "SGD", "adagrad": "Adagrad", "adam": "Adam", "ftrl": "FTRL"
 }
@@ -124,7 +124,7 @@ class TPUEmbedding(tf.keras.layers.Layer):
                embedding_feature: Any = None,
                sparse_core_embedding_config: Any = None,
                **kwargs):
-    tf_versions.check_keras()
+    keras_versions.check_keras()
     super().__init__(**kwargs)
     self._optimizer = normalize_optimizer(optimizer)
     # Copies, named and with their optimizers (`tfemb.resolution`): the
@@ -192,7 +192,7 @@ class TPUEmbedding(tf.keras.layers.Layer):
       return tf.tpu.experimental.embedding.serving_embedding_lookup(
           features, weights, self._engine.serving_tables(), serving_config)
     self._check_strategy()
-    if tf_versions.in_keras_symbolic_scope():
+    if keras_versions.in_keras_symbolic_scope():
       features = _placeholders_as_ids(features)
     return self._engine.lookup(features, weights, getattr(self, _DUMMY_NAME),
                                training)
