@@ -3,18 +3,20 @@
 Keras).
 
 Keras 3 from `KERAS_MIN` on, or tf_keras (`TF_USE_LEGACY_KERAS=1`, which
-comes in its TensorFlow's version). An older Keras 3 lacks
-`keras.Input(ragged=True)` and, under `MirroredStrategy`, trains the layer
-to wrong numbers, so the layer refuses it.
+comes in its TensorFlow's version). With an older Keras 3 the layer fails
+or gives wrong numbers, so it refuses one. Seen with TensorFlow 2.16: Keras
+3.5 has no `keras.Input(ragged=True)` and trains Adagrad and Adam to wrong
+values in `fit` under `MirroredStrategy`; 3.9.2's `model.export` cannot
+serve a dict of inputs; 3.12.4 fails to call the layer with `weights` given
+as a structure of None; 3.13.0 passes the layer tests,
+tests/test_mirrored.py and the quickstart.
 """
 
 import tensorflow as tf
 
 from tfemb import tf_versions
 
-# The oldest Keras 3 under which the layer tests, tests/test_mirrored.py and
-# the quickstart pass with the oldest supported TensorFlow.
-KERAS_MIN = "3.6.0"
+KERAS_MIN = "3.13.0"
 
 
 def keras_3() -> bool:
