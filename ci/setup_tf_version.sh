@@ -21,6 +21,9 @@ if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ] ||
   "$TF_VENV/bin/python" -m pip install --quiet --upgrade pip
   # shellcheck disable=SC2086  # $wanted is a list of requirements
   "$TF_VENV/bin/python" -m pip install --quiet -e ".[tensorflow,test,recommenders]" $wanted
+  if [ -z "$keras_version" ]; then  # also when a pinned one was there
+    "$TF_VENV/bin/python" -m pip install --quiet --upgrade keras
+  fi
   echo "$wanted" > "$stamp"
 fi
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
