@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv (once) and installs tfemb with everything the tests and the
+# Creates .venv (once) and installs tfemb with TensorFlow (the `tensorflow`
+# build and tf-keras: the extra `tensorflow`) and everything the tests and the
 # tutorials need. Sourced by the other scripts in ci/; safe to run again.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -12,9 +13,11 @@ stamp=.venv/.tfemb-installed
 if [ ! -f "$stamp" ] || [ setup.cfg -nt "$stamp" ]; then
   echo "Installing tfemb and its dependencies into .venv (a few minutes the first time)"
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[test,recommenders]"
+  .venv/bin/python -m pip install --quiet -e ".[tensorflow,test,recommenders]"
   touch "$stamp"
 fi
+# Model Garden's ranking code, the real client tests/test_model_garden.py runs.
+bash ci/install_clients.sh
 export TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
 # The fused CPU kernels: compiled once per machine (~10 s), cached after.
 .venv/bin/python -m tfemb.kernels

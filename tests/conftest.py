@@ -10,12 +10,32 @@ import sys
 import pytest
 import tensorflow as tf
 
+from tfemb import tf_versions
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 NUM_LOGICAL_CPUS = 4
 _cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(
     _cpu, [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
+
+
+# Reads TensorFlow's SparseCore internals at import (2.17 on).
+collect_ignore = ([] if tf_versions.at_least(tf_versions.STACKER_ADDED_IN)
+                  else ["test_sparsecore_layout.py"])
+
+
+def pytest_collection_modifyitems(items):
+  """`@pytest.mark.requires_tensorflow("2.17")`: a test of what TensorFlow
+  added in that version (the SparseCore host engine needs its stacker) does
+  not apply to an older one, where tfemb refuses the feature with a version
+  error (tests/test_tf_versions.py checks each)."""
+  for item in items:
+    for mark in item.iter_markers("requires_tensorflow"):
+      if not tf_versions.at_least(mark.args[0]):
+        item.add_marker(pytest.mark.skip(
+            reason=f"needs TensorFlow {mark.args[0]}; this is "
+            f"{tf.__version__}"))
 
 
 def pytest_sessionfinish(session, exitstatus):

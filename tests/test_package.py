@@ -1,9 +1,13 @@
 """The package's import surface: what `import tfemb` gives a user."""
 
+import configparser
 import os
 import pathlib
 import subprocess
 import sys
+
+from tfemb import tf_versions
+from tfemb.layers import keras_versions
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -31,3 +35,60 @@ def test_subpackages_load_on_first_use():
   assert result.stdout.splitlines()[-2:] == [
       "tfemb.layers.embedding_layer tfemb.migrate",
       "module 'tfemb' has no attribute 'no_such_name'"]
+
+
+_WITHOUT_TENSORFLOW = """
+import sys
+
+class NoTensorFlow:  # as if no TensorFlow were installed
+  def find_spec(self, name, path=None, target=None):
+    if name == "tensorflow" or name.startswith("tensorflow."):
+      raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, NoTensorFlow())
+try:
+  import tfemb
+except ImportError as e:
+  print(e)
+"""
+
+
+def test_without_tensorflow_the_import_says_what_to_install():
+  """tfemb requires no TensorFlow distribution (setup.cfg); without one,
+  `import tfemb` names the supported range and the ways to install it."""
+  env = dict(os.environ,
+             PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH",
+                                                                ""))
+  result = subprocess.run([sys.executable, "-c", _WITHOUT_TENSORFLOW],
+                          env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.strip() == (
+      "tfemb needs TensorFlow 2.16 to 2.21, and none is installed: `pip "
+      "install 'tfemb[cpu]'` (tensorflow-cpu), `pip install "
+      "'tfemb[tensorflow]'` (tensorflow and tf-keras), or your platform's "
+      "own build (e.g. tensorflow-tpu on a TPU VM).")
+
+
+def _setup_cfg():
+  config = configparser.ConfigParser()
+  config.read(ROOT / "setup.cfg")
+
+  def lines(section, key):
+    return [line for line in config[section][key].splitlines() if line]
+  return lines
+
+
+def test_setup_cfg_requires_no_tensorflow_build_and_declares_the_range():
+  """No TensorFlow distribution (nor tf-keras or tensorflow-recommenders,
+  which require `tensorflow`) in install_requires, so installing tfemb
+  beside tensorflow-cpu or tensorflow-tpu adds no second TensorFlow; the
+  extras and the Keras floor are tfemb.tf_versions' range."""
+  lines = _setup_cfg()
+  assert lines("options", "install_requires") == [
+      f"keras>={keras_versions.KERAS_MIN}"]
+  bounds = f">={tf_versions.OLDEST},<2.{int(tf_versions.NEWEST[2:]) + 1}"
+  assert lines("options.extras_require", "cpu") == [
+      f"tensorflow-cpu{bounds}"]
+  assert lines("options.extras_require", "tensorflow") == [
+      f"tensorflow{bounds}", f"tf-keras{bounds}"]

@@ -29,7 +29,11 @@ def custom_optimizer(**kwargs):
       slot_initializers=[tf.zeros_initializer()], **kwargs)
 
 
-@pytest.mark.parametrize("module", [tfemb, tf_emb], ids=["tfemb", "tf"])
+@pytest.mark.parametrize("module", [
+    pytest.param(tfemb, id="tfemb"),
+    pytest.param(tf_emb, id="tf",
+                 marks=pytest.mark.requires_tensorflow("2.20")),
+])
 def test_table_config_takes_a_custom_combiner_layout_and_dtype(module):
   combiner = tfemb.CustomCombiner(sum_combiner, max_valency=4)
   layout = object()
@@ -40,6 +44,7 @@ def test_table_config_takes_a_custom_combiner_layout_and_dtype(module):
   assert tfemb.FeatureConfig(table).table is table
 
 
+@pytest.mark.requires_tensorflow("2.20")  # TensorFlow's CustomCombiner
 @pytest.mark.parametrize("combiner", [3, None, tfemb.SGD(), sum_combiner,
                                       b"mean"], ids=repr)
 def test_other_combiners_are_refused_with_tensorflows_message(combiner):
@@ -50,6 +55,7 @@ def test_other_combiners_are_refused_with_tensorflows_message(combiner):
   assert str(ours.value) == str(theirs.value)
 
 
+@pytest.mark.requires_tensorflow("2.20")  # TensorFlow's CustomCombiner
 def test_to_tensorflow_passes_custom_combiners_and_optimizers_through():
   combiner = tfemb.CustomCombiner(sum_combiner, max_valency=4)
   own, global_opt = custom_optimizer(), custom_optimizer()

@@ -20,6 +20,9 @@ import reference
 import tfemb
 from tfemb.sparsecore import layout
 
+# The SparseCore host engine needs TensorFlow's stacker (2.17 on).
+pytestmark = pytest.mark.requires_tensorflow("2.17")
+
 BATCH, STEPS = 4, 3
 VOCAB = {"a": 20, "b": 12, "c": 9}
 DIM = {"a": 4, "b": 4, "c": 3}

@@ -1,6 +1,8 @@
 """tfemb: TensorFlow's `tf.tpu.experimental.embedding` API, with the TPU
 embedding engine's exact numbers on CPU and GPU."""
 
+# First: a clear error when no supported TensorFlow is installed.
+from tfemb import tf_versions
 from tfemb.configs import FeatureConfig
 from tfemb.configs import QuantizationConfig
 from tfemb.configs import TableConfig

@@ -61,6 +61,13 @@ class TPUEmbeddingForServing(_tf_embedding.TPUEmbeddingForServing):
         {id(user): ours for user, ours in pairs})
 
   @property
+  def variables(self) -> Dict[str, Dict[str, tf.Variable]]:
+    """`{table name: {"parameters": .., slot: ..}}`, as TensorFlow 2.21's
+    class has it (older releases lack the property)."""
+    self._maybe_build()
+    return self._variables
+
+  @property
   def embedding_tables(self) -> Dict[Any, tf.Variable]:
     """The tables, keyed by TensorFlow's `TableConfig`s; the user's
     `TableConfig`s and the tables' names are accepted as keys too."""
@@ -95,5 +102,17 @@ def serving_embedding_lookup(inputs: Any, weights: Optional[Any],
         by_converted[ours] = tables[key]
         break
   # A table missing here raises TensorFlow's KeyError if a feature needs it.
-  return _tf_embedding.serving_embedding_lookup(inputs, weights, by_converted,
-                                                converted)
+  return _tf_embedding.serving_embedding_lookup(
+      inputs, weights, by_converted, _features_of(inputs, converted))
+
+
+def _features_of(inputs: Any, feature_config: Any) -> Any:
+  """`feature_config`'s features at the paths of `inputs`, shaped like
+  `inputs`: TensorFlow 2.21 takes a superset of the inputs' paths, older
+  releases only the same structure. Paths not in `feature_config` are left
+  to TensorFlow's error."""
+  features = dict(nest.flatten_with_joined_string_paths(feature_config))
+  paths = [path for path, _ in nest.flatten_with_joined_string_paths(inputs)]
+  if not set(paths) <= features.keys():
+    return feature_config
+  return nest.pack_sequence_as(inputs, [features[path] for path in paths])

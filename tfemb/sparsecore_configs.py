@@ -3,20 +3,29 @@
 `CustomOptimizer`, `CustomCombiner`, `RowIdInitializer` and
 `SparseCoreEmbeddingConfig` hold data (or, for `RowIdInitializer`, compute
 an initial value) and nothing else, so tfemb uses TensorFlow's classes as
-they are: `tfemb.CustomOptimizer is
+they are: with TensorFlow 2.21, `tfemb.CustomOptimizer is
 tf.tpu.experimental.embedding.CustomOptimizer`. Their signatures, defaults,
 validation and errors are TensorFlow's by construction, and they need no
 conversion for TensorFlow's engines.
+
+An older TensorFlow lacks some of them, or has them without 2.21's newer
+arguments (`tfemb.tf_versions.ADDED_IN`); there tfemb has 2.21's classes
+(`tfemb.sparsecore_backports`), so tfemb's API stays 2.21's.
 """
 
 import tensorflow as tf
 
-_tf_embedding = tf.tpu.experimental.embedding
+from tfemb import sparsecore_backports
+from tfemb import tf_versions
 
-CustomCombiner = _tf_embedding.CustomCombiner
-CustomOptimizer = _tf_embedding.CustomOptimizer
-RowIdInitializer = _tf_embedding.RowIdInitializer
-SparseCoreEmbeddingConfig = _tf_embedding.SparseCoreEmbeddingConfig
+CustomCombiner = (tf_versions.newest_class("CustomCombiner") or
+                  sparsecore_backports.CustomCombiner)
+CustomOptimizer = (tf_versions.newest_class("CustomOptimizer") or
+                   sparsecore_backports.CustomOptimizer)
+RowIdInitializer = tf.tpu.experimental.embedding.RowIdInitializer
+SparseCoreEmbeddingConfig = (
+    tf_versions.newest_class("SparseCoreEmbeddingConfig") or
+    sparsecore_backports.SparseCoreEmbeddingConfig)
 
 __all__ = ["CustomCombiner", "CustomOptimizer", "RowIdInitializer",
            "SparseCoreEmbeddingConfig"]

@@ -1,40 +1,46 @@
 """Lossless conversion of tfemb configs to TensorFlow's own classes.
 
 The TPU path hands TensorFlow's `TPUEmbedding` the same configuration as
-`tf.tpu.experimental.embedding` objects. A field TensorFlow's class cannot
-take raises instead of being dropped.
+`tf.tpu.experimental.embedding` objects. The installed TensorFlow may be
+older than the 2.21 API tfemb has (`tfemb.tf_versions`): an argument its
+class lacks is dropped only at its default; otherwise the conversion raises
+(a `TensorFlowVersionError` naming the feature and the version that has
+it) instead of losing it.
 """
 
-import inspect
-from typing import Any, Dict
+from typing import Any
 
 import tensorflow as tf
 
 from tfemb import configs
 from tfemb import optimizers
+from tfemb import sparsecore_backports
+from tfemb import tf_versions
 
 _tf_embedding = tf.tpu.experimental.embedding
 
 
-def _call_with(cls, kwargs: Dict[str, Any], what: str):
-  """Calls `cls(**kwargs)`, refusing to drop a non-default argument."""
-  accepted = inspect.signature(cls.__init__).parameters
-  for name, value in kwargs.items():
-    if name not in accepted and value not in (None, False):
-      raise ValueError(
-          f"{what}: this TensorFlow's {cls.__name__} has no argument "
-          f"{name!r} (value {value!r}); it cannot be converted losslessly.")
-  return cls(**{k: v for k, v in kwargs.items() if k in accepted})
+def _backported(obj):
+  """TensorFlow's class for tfemb's copy of a 2.21 class (an older
+  TensorFlow's `CustomOptimizer`, `CustomCombiner` or
+  `SparseCoreEmbeddingConfig`); anything else as it is."""
+  if not isinstance(obj, sparsecore_backports.CLASSES):
+    return obj
+  cls = type(obj)
+  return tf_versions.construct(
+      tf_versions.tensorflow_class(cls.__name__, repr(obj)),
+      obj._constructor_args(), repr(obj), reference=cls)  # pylint: disable=protected-access
 
 
 def _optimizer(opt):
   """TensorFlow's class for a tfemb optimizer; anything else as it is."""
   if not optimizers.is_optimizer(opt):
-    return opt
+    return _backported(opt)
   declaration = optimizers.identify(opt)
   if not isinstance(opt, declaration.cls):  # TensorFlow's own
     return opt
-  return _call_with(declaration.tf_class, opt._constructor_args(), repr(opt))  # pylint: disable=protected-access
+  return tf_versions.construct(declaration.tf_class, opt._constructor_args(),  # pylint: disable=protected-access
+                               repr(opt), reference=declaration.cls)
 
 
 def _quantization(config):
@@ -48,16 +54,18 @@ def _table(table, memo):
   if not isinstance(table, configs.TableConfig):
     return table
   if id(table) not in memo:
-    memo[id(table)] = _tf_embedding.TableConfig(
-        vocabulary_size=table.vocabulary_size,
-        dim=table.dim,
-        initializer=table.initializer,
-        optimizer=_optimizer(table.optimizer),
-        combiner=table.combiner,
-        name=table.name,
-        quantization_config=_quantization(table.quantization_config),
-        layout=table.layout,
-        dtype=table.dtype)
+    memo[id(table)] = tf_versions.construct(
+        _tf_embedding.TableConfig,
+        dict(vocabulary_size=table.vocabulary_size,
+             dim=table.dim,
+             initializer=table.initializer,
+             optimizer=_optimizer(table.optimizer),
+             combiner=_backported(table.combiner),
+             name=table.name,
+             quantization_config=_quantization(table.quantization_config),
+             layout=table.layout,
+             dtype=table.dtype),
+        f"Table {table.name!r}", reference=configs.TableConfig)
   return memo[id(table)]
 
 
@@ -81,10 +89,12 @@ def to_tensorflow(structure: Any) -> Any:
   equal `tf.tpu.experimental.embedding` object.
 
   `structure` is a nested structure (`tf.nest`) of `FeatureConfig`s, or one
-  `TableConfig`, `FeatureConfig`, `QuantizationConfig` or optimizer. Tables
-  shared by several features stay shared. TensorFlow objects pass through,
-  `CustomOptimizer`, `CustomCombiner` and `RowIdInitializer` (TensorFlow's
-  classes, `tfemb.sparsecore_configs`) among them.
+  `TableConfig`, `FeatureConfig`, `QuantizationConfig`, optimizer or
+  `SparseCoreEmbeddingConfig`. Tables shared by several features stay
+  shared. TensorFlow objects pass through, `CustomOptimizer`,
+  `CustomCombiner`, `RowIdInitializer` and `SparseCoreEmbeddingConfig`
+  (TensorFlow's classes, `tfemb.sparsecore_configs`) among them where the
+  installed TensorFlow has them with 2.21's arguments.
   """
   memo = {}
   return tf.nest.map_structure(lambda obj: _convert(obj, memo), structure)

@@ -40,6 +40,7 @@ def _expected(clip):
   return w
 
 
+@pytest.mark.requires_tensorflow("2.17")  # the SparseCore host engine
 @pytest.mark.parametrize("kwargs", [
     dict(sparse_core_embedding_config=tfemb.SparseCoreEmbeddingConfig()),
     dict(embedding_feature=tf.tpu.experimental.HardwareFeature

@@ -32,26 +32,15 @@ from tfemb import resolution
 from tfemb import shapes
 from tfemb.layers import engines
 from tfemb.layers import keras_optimizers
+from tfemb.layers import keras_versions
 from tfemb.layers import serialization
 from tfemb.tpu import delegate
 
 _DUMMY_NAME = "tpu_embedding_helper_dummy"
-_KERAS_3 = tf.keras.layers.Layer.__module__.startswith("keras.")
+_KERAS_3 = keras_versions.keras_3()
 _OPTIMIZERS_BY_NAME = {
     "sgd": "SGD", "adagrad": "Adagrad", "adam": "Adam", "ftrl": "FTRL"
 }
-
-
-def _in_keras_symbolic_pass() -> bool:
-  """True while Keras 3 runs a layer on placeholders to learn its output
-  shapes (`keras.ops`' `compute_output_spec`), never on data."""
-  if not _KERAS_3:
-    return False
-  try:
-    from keras.src.backend.common import symbolic_scope  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    return False
-  return symbolic_scope.in_symbolic_scope()
 
 
 def _placeholders_as_ids(features):
@@ -135,6 +124,7 @@ class TPUEmbedding(tf.keras.layers.Layer):
                embedding_feature: Any = None,
                sparse_core_embedding_config: Any = None,
                **kwargs):
+    keras_versions.check_keras()
     super().__init__(**kwargs)
     self._optimizer = normalize_optimizer(optimizer)
     # Copies, named and with their optimizers (`tfemb.resolution`): the
@@ -202,7 +192,7 @@ class TPUEmbedding(tf.keras.layers.Layer):
       return tf.tpu.experimental.embedding.serving_embedding_lookup(
           features, weights, self._engine.serving_tables(), serving_config)
     self._check_strategy()
-    if _in_keras_symbolic_pass():
+    if keras_versions.in_keras_symbolic_scope():
       features = _placeholders_as_ids(features)
     return self._engine.lookup(features, weights, getattr(self, _DUMMY_NAME),
                                training)

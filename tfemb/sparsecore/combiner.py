@@ -15,12 +15,13 @@ from typing import Any, NamedTuple, Optional
 import tensorflow as tf
 
 from tfemb import inputs
+from tfemb.sparsecore_configs import CustomCombiner
 
 SLOT = "custom_combiner_variables"
 
 
 def is_custom(combiner) -> bool:
-  return isinstance(combiner, tf.tpu.experimental.embedding.CustomCombiner)
+  return isinstance(combiner, CustomCombiner)
 
 
 class Kept(NamedTuple):

@@ -438,10 +438,6 @@ def _tpu_engine(feature_config, optimizer=None,
                 pipeline_execution_with_tensor_core=False,
                 sparse_core_embedding_config=None):
   """TensorFlow's own `TPUEmbeddingV2`, from converted configs."""
-  from tfemb import tf_conversion  # pylint: disable=g-import-not-at-top
-  feature_config, optimizer = tf_conversion.to_tensorflow(
-      (feature_config, optimizer))
-  from tfemb import patching  # pylint: disable=g-import-not-at-top
-  return patching.tensorflow_engine("TPUEmbeddingV2")(
+  return delegate.make_tpu_embedding_v2(
       feature_config, optimizer, pipeline_execution_with_tensor_core,
       sparse_core_embedding_config)

@@ -38,7 +38,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.tpu.kernels import sparse_core_layout_pb2
-from tensorflow.python.tpu import _pywrap_sparse_core_layout
+
+from tfemb import tf_versions
 
 _Layout = sparse_core_layout_pb2.SparseCoreTableLayout
 
@@ -149,7 +150,8 @@ def _layouts(tables: Sequence[Any], features: Sequence[Tuple[str, Any]],
   is given keeps it, as in TensorFlow.
   """
   first_path, first = features[0]
-  stacker = _pywrap_sparse_core_layout.SparseCoreLayoutStacker(
+  stacker_lib = tf_versions.sparse_core_layout("TPUEmbeddingV2 on the host")
+  stacker = stacker_lib.SparseCoreLayoutStacker(
       num_partitions=num_partitions,
       sparse_cores_per_partition=num_sc_per_chip,
       disable_table_stacking=disable_table_stacking)

@@ -9,10 +9,12 @@ order; it changes none of the user's objects. `output_shapes` follows
 mirrors `_create_config_proto`, `TableConfig._set_table_descriptor` and the
 optimizers' `_set_optimization_parameters`.
 
-One deliberate difference: TF 2.21 assigns the optimizer's boolean
-`low_dimensional_packing_status` to an enum field, which protobuf >= 5
-refuses ("Expected an int, got a boolean"). Here the enum is set as
-TensorFlow meant it: `ENABLED` (1) for True, `UNSPECIFIED` (0) for False.
+One deliberate difference: TensorFlow assigns the optimizer's boolean
+`low_dimensional_packing_status` to an enum field, which protobuf 7 (the
+one TF 2.21 installs) refuses ("Expected an int, got a boolean"); the
+protobuf 4 to 6 of older TensorFlow releases store it as 1 or 0. Here the
+enum is set as TensorFlow meant it, with every protobuf: `ENABLED` (1) for
+True, `UNSPECIFIED` (0) for False.
 """
 
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence

@@ -18,7 +18,9 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+from tfemb import patching
 from tfemb import tf_conversion
+from tfemb import tf_versions
 
 EmbeddingFeature = tf.tpu.experimental.HardwareFeature.EmbeddingFeature
 
@@ -69,7 +71,9 @@ def make_tpu_embedding(feature_config: Any,
       engine under `strategy.scope()`.
     embedding_feature: None (the TPU's), or `UNSUPPORTED` to use
       `TPUEmbeddingV0` on embedding hardware.
-    sparse_core_embedding_config: passed to `TPUEmbeddingV2` only.
+    sparse_core_embedding_config: passed to `TPUEmbeddingV2` only (a
+      TensorFlow older than 2.17 takes none: there, anything but None
+      raises `tfemb.tf_versions.TensorFlowVersionError`).
 
   Returns:
     A `tf.tpu.experimental.embedding.TPUEmbedding`, `TPUEmbeddingV2` or
@@ -83,15 +87,35 @@ def make_tpu_embedding(feature_config: Any,
   feature = resolve_embedding_feature(strategy, embedding_feature)
   feature_config, optimizer = tf_conversion.to_tensorflow(
       (feature_config, optimizer))
-  engines = tf.tpu.experimental.embedding
+  # TensorFlow's own classes, even where tfemb.patch() routed the names.
+  engine = patching.tensorflow_engine
   if feature == EmbeddingFeature.V1:
-    return engines.TPUEmbedding(feature_config, optimizer,
-                                pipeline_execution_with_tensor_core)
+    return engine("TPUEmbedding")(feature_config, optimizer,
+                                  pipeline_execution_with_tensor_core)
   if feature == EmbeddingFeature.V2:
-    return engines.TPUEmbeddingV2(feature_config, optimizer,
-                                  pipeline_execution_with_tensor_core,
-                                  sparse_core_embedding_config)
+    return make_tpu_embedding_v2(feature_config, optimizer,
+                                 pipeline_execution_with_tensor_core,
+                                 sparse_core_embedding_config)
   if feature == EmbeddingFeature.UNSUPPORTED:
-    return engines.TPUEmbeddingV0(feature_config, optimizer)
+    return engine("TPUEmbeddingV0")(feature_config, optimizer)
   raise ValueError(f"Unknown TPU embedding feature {feature!r}; expected one "
                    f"of {list(EmbeddingFeature)}.")
+
+
+def make_tpu_embedding_v2(feature_config: Any,
+                          optimizer: Optional[Any],
+                          pipeline_execution_with_tensor_core: bool = False,
+                          sparse_core_embedding_config: Optional[Any] = None):
+  """TensorFlow's `TPUEmbeddingV2`, given each argument only where the
+  installed TensorFlow's class takes it (`tfemb.tf_versions.construct`)."""
+  feature_config, optimizer, sparse_core_embedding_config = (
+      tf_conversion.to_tensorflow(
+          (feature_config, optimizer, sparse_core_embedding_config)))
+  return tf_versions.construct(
+      patching.tensorflow_engine("TPUEmbeddingV2"),
+      dict(feature_config=feature_config, optimizer=optimizer,
+           pipeline_execution_with_tensor_core=(
+               pipeline_execution_with_tensor_core),
+           sparse_core_embedding_config=sparse_core_embedding_config),
+      "TPUEmbeddingV2", positional=True)
+
