@@ -18,6 +18,13 @@ from test_sparsecore_engine import (VOCAB, DIM, _mirrored, batches, inputs,
                                     make, train)
 from tfemb.sparsecore import layout
 
+# The SparseCore host engine needs TensorFlow's stacker (2.17 on).
+pytestmark = pytest.mark.requires_tensorflow("2.17")
+# TensorFlow's checkpoint adapters, which rearrange a restore as the tables
+# are created, are not in every supported TensorFlow; where absent,
+# TensorFlow never asks the engine for one.
+pytest.importorskip("tensorflow.python.checkpoint.checkpoint_adapter")
+
 
 def rows(layout_proto, vocabulary_size):
   """Row of id i: ((i mod N + r) mod N) * T + o + i div N."""

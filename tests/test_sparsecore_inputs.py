@@ -11,6 +11,9 @@ import tensorflow as tf
 
 import tfemb
 
+# The SparseCore host engine needs TensorFlow's stacker (2.17 on).
+pytestmark = pytest.mark.requires_tensorflow("2.17")
+
 VOCAB, DIM, BATCH = 10, 4, 4
 INIT = np.arange(VOCAB * DIM, dtype=np.float32).reshape(VOCAB, DIM) / 10
 

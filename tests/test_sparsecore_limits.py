@@ -18,6 +18,9 @@ import tensorflow as tf
 import tfemb
 from tfemb.tpu import cli
 
+# The SparseCore host engine needs TensorFlow's stacker (2.17 on).
+pytestmark = pytest.mark.requires_tensorflow("2.17")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 C = 4  # SparseCores per chip
 

@@ -95,6 +95,7 @@ def test_fit_under_mirrored_equals_one_replica(make_opt):
   np.testing.assert_allclose(kernel, expected_kernel, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.requires_tensorflow("2.17")  # the SparseCore host engine
 def test_fit_under_mirrored_follows_the_sparsecore_as_one_replica():
   """The layer following the SparseCore: 2 replicas laid out for 2 chips
   (each feature's output_shape the per-replica batch) train as one replica

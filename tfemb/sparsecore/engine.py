@@ -33,7 +33,6 @@ from tfemb.host import feeding
 from tfemb.host import step
 from tfemb.host import tables as table_paths
 from tfemb.host import variables as variables_lib
-from tfemb.sparsecore import checkpoints
 from tfemb.sparsecore import combiner as combiner_lib
 from tfemb.sparsecore import custom
 from tfemb.sparsecore import enforce
@@ -255,6 +254,8 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     (`tfemb.sparsecore.checkpoints`)."""
     slots = {t.name: t.optimizer._slot_names() if t.optimizer else []  # pylint: disable=protected-access
              for t in self._table_config}
+    # TensorFlow's checkpoint adapters (2.17 on) call this; older ones never.
+    from tfemb.sparsecore import checkpoints  # pylint: disable=g-import-not-at-top
     adapter = checkpoints.Adapter(path, self._stacking, slots)
     self._adapter = adapter if adapter.needed else None
     if self._adapter is not None and self._built:
