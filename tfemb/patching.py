@@ -26,31 +26,11 @@ import threading
 from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
-from tensorflow.python.tpu import tpu_embedding_v1  # pylint: disable=g-direct-tensorflow-import
-from tensorflow.python.tpu import tpu_embedding_v2  # pylint: disable=g-direct-tensorflow-import
-from tensorflow.python.tpu import tpu_embedding_v3  # pylint: disable=g-direct-tensorflow-import
+
+from tfemb.tpu.tensorflow_classes import TENSORFLOW_ENGINES
 
 _LOCK = threading.Lock()
 _ACTIVE: List["Patch"] = []
-
-# TensorFlow's own engine classes, as they were when tfemb was imported:
-# what tfemb hands the work to under a TPUStrategy, patched or not.
-TENSORFLOW_ENGINES = {
-    "TPUEmbedding": tpu_embedding_v2.TPUEmbedding,
-    "TPUEmbeddingV2": tpu_embedding_v3.TPUEmbeddingV2,
-    "TPUEmbeddingV0": tpu_embedding_v1.TPUEmbeddingV0,
-}
-
-
-def tensorflow_engine(name: str) -> type:
-  """TensorFlow's engine class `name` ("TPUEmbedding", "TPUEmbeddingV2",
-  "TPUEmbeddingV0") as `tf.tpu.experimental.embedding` has it, or, where
-  `patch()` routed that name to tfemb, TensorFlow's own: what tfemb hands
-  the work to under a TPUStrategy."""
-  cls = getattr(tf.tpu.experimental.embedding, name)
-  if getattr(cls, "__module__", "").startswith("tfemb."):
-    return TENSORFLOW_ENGINES[name]
-  return cls
 
 
 def _replacements() -> Dict[int, Tuple[Any, Any]]:

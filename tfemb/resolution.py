@@ -18,6 +18,7 @@ with different global optimizers.
 import copy
 from typing import Any, Callable, List, NamedTuple, Optional
 
+import tensorflow as tf
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
 from tfemb import optimizers
@@ -95,6 +96,8 @@ def resolve(feature_config: Any,
           f"{type(table.optimizer)} is an unsupported optimizer class. "
           "Please pass an instance of one of the optimizer classes under "
           "tfemb or tf.tpu.experimental.embedding.")
+    if not hasattr(table, "dtype"):  # TensorFlow's before 2.20: float32
+      table.dtype = tf.float32
     if table.name is None:
       table.name = f"table_{i}"
     if table.name in names:

@@ -18,9 +18,9 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
-from tfemb import patching
 from tfemb import tf_conversion
 from tfemb import tf_versions
+from tfemb.tpu.tensorflow_classes import tensorflow_engine
 
 EmbeddingFeature = tf.tpu.experimental.HardwareFeature.EmbeddingFeature
 
@@ -88,7 +88,7 @@ def make_tpu_embedding(feature_config: Any,
   feature_config, optimizer = tf_conversion.to_tensorflow(
       (feature_config, optimizer))
   # TensorFlow's own classes, even where tfemb.patch() routed the names.
-  engine = patching.tensorflow_engine
+  engine = tensorflow_engine
   if feature == EmbeddingFeature.V1:
     return engine("TPUEmbedding")(feature_config, optimizer,
                                   pipeline_execution_with_tensor_core)
@@ -112,7 +112,7 @@ def make_tpu_embedding_v2(feature_config: Any,
       tf_conversion.to_tensorflow(
           (feature_config, optimizer, sparse_core_embedding_config)))
   return tf_versions.construct(
-      patching.tensorflow_engine("TPUEmbeddingV2"),
+      tensorflow_engine("TPUEmbeddingV2"),
       dict(feature_config=feature_config, optimizer=optimizer,
            pipeline_execution_with_tensor_core=(
                pipeline_execution_with_tensor_core),
