@@ -869,16 +869,57 @@ class ApplyRowsOp : public OpKernel {
     }
     const float* g = grads.flat<float>().data();
     float *w = data[0], *s0 = data[1], *s1 = data[2];
+    Finish(ctx, p, id, g, u, dim, stride, w, s0, s1);
+  }
+
+ protected:
+  // With every variable locked and every input checked: the update.
+  virtual void Finish(OpKernelContext* ctx, const Update& p, const int64_t* id,
+                      const float* g, int64_t u, int64_t dim, int64_t stride,
+                      float* w, float* s0, float* s1) {
     apply_(p, id, g, u, dim, stride, w, s0, s1);
   }
+
+  ApplyFn apply_;
 
  private:
   std::string table_name_;
   Update p_;
   bool decay_by_lr_;
   bool interleaved_;  // slots beside the parameters, in one variable
-  ApplyFn apply_;
   int slots_;
+};
+
+// --- TfembCheckRows -----------------------------------------------------------
+
+// Whether TfembApplyRows with the same inputs would leave every touched row
+// of the table and of its slots finite; writes nothing. Each row is updated
+// in a scratch copy, by the same rule.
+class CheckRowsOp : public ApplyRowsOp {
+ public:
+  using ApplyRowsOp::ApplyRowsOp;
+
+ protected:
+  void Finish(OpKernelContext* ctx, const Update& p, const int64_t* id,
+              const float* g, int64_t u, int64_t dim, int64_t stride,
+              float* w, float* s0, float* s1) override {
+    std::vector<float> row(3 * dim, 0.0f);  // parameters, slot 0, slot 1
+    float* copy[3] = {row.data(), s0 ? row.data() + dim : nullptr,
+                      s1 ? row.data() + 2 * dim : nullptr};
+    const float* from[3] = {w, s0, s1};
+    const int64_t first = 0;
+    bool finite = true;
+    for (int64_t r = 0; r < u && finite; ++r) {
+      for (int k = 0; k < 3; ++k) {
+        if (from[k]) std::copy_n(from[k] + id[r] * stride, dim, copy[k]);
+      }
+      apply_(p, &first, g + r * dim, 1, dim, dim, copy[0], copy[1], copy[2]);
+      for (float x : row) finite = finite && std::isfinite(x);
+    }
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<bool>()() = finite;
+  }
 };
 
 // --- TfembAdviseHugePages ---------------------------------------------------
@@ -972,6 +1013,30 @@ REGISTER_OP("TfembApplyRows")
     .SetIsStateful()
     .SetShapeFn(::tensorflow::shape_inference::NoOutputs);
 
+REGISTER_OP("TfembCheckRows")
+    .Input("parameters: resource")
+    .Input("slots: num_slots * resource")
+    .Input("ids: int64")
+    .Input("gradients: float")
+    .Input("learning_rate: float")
+    .Output("finite: bool")
+    .Attr("num_slots: int >= 0")
+    .Attr("table_name: string")
+    .Attr("rule: string")
+    .Attr("hyperparameters: list(float)")
+    .Attr("clip_gradient: list(float)")
+    .Attr("clip_weight: list(float)")
+    .Attr("weight_decay_factor: float")
+    .Attr("multiply_weight_decay_by_lr: bool")
+    .Attr("interleaved: bool = false")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Scalar());
+      return absl::OkStatus();
+    });
+
+REGISTER_KERNEL_BUILDER(Name("TfembCheckRows").Device(DEVICE_CPU),
+                        CheckRowsOp);
 REGISTER_KERNEL_BUILDER(Name("TfembDedupGather").Device(DEVICE_CPU),
                         DedupGatherOp);
 REGISTER_KERNEL_BUILDER(Name("TfembAdviseHugePages").Device(DEVICE_CPU),
