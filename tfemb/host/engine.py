@@ -215,6 +215,12 @@ class HostEmbedding(autotrackable.AutoTrackable):
       children.update(interleaved_tables.savedmodel_children(self._variables))
     return children
 
+  def _checkpoint_adapter(self, path: str):
+    """Refuses a checkpoint of another configuration before anything of it
+    is restored (or deferred until `build`): a restore is all or nothing."""
+    self._store.check_checkpoint(path)
+    return super()._checkpoint_adapter(path)
+
   def _lookup_dependency(self, name, cached_dependencies=None):
     """Refuses a checkpoint saved with other tables or another optimizer:
     TensorFlow asks this for every child of this object in a checkpoint
