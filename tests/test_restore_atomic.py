@@ -35,6 +35,19 @@ def save(embedding, tmp_path, name):
   return tf.train.Checkpoint(embedding=embedding).save(str(tmp_path / name))
 
 
+def checkpoints(tmp_path, source):
+  """A refused checkpoint of `source` (everything 7, slots 7.5) and a good
+  one (everything 3, slots 3.5)."""
+  good_source = make_embedding()
+  paths = []
+  for embedding, value, name in ((source, 7.0, "bad"),
+                                 (good_source, 3.0, "good")):
+    embedding.build()
+    fill(embedding, value)
+    paths.append(save(embedding, tmp_path, name))
+  return paths
+
+
 def snapshot(embedding):
   return {(t.name, n): v.numpy().copy()
           for t, variables in embedding.variables.items()
@@ -63,14 +76,7 @@ MESSAGES = {
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_refused_restore_changes_nothing(table_layout, tmp_path, case):
-  source = REFUSED[case]()
-  source.build()
-  fill(source, 7.0)
-  bad = save(source, tmp_path, "bad")
-  good_source = make_embedding()
-  good_source.build()
-  fill(good_source, 3.0)
-  good = save(good_source, tmp_path, "good")
+  bad, good = checkpoints(tmp_path, REFUSED[case]())
 
   embedding = make_embedding()
   embedding.build()
@@ -85,14 +91,7 @@ def test_refused_restore_changes_nothing(table_layout, tmp_path, case):
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_refused_restore_before_build_leaves_the_object_usable(
     table_layout, tmp_path, case):
-  source = REFUSED[case]()
-  source.build()
-  fill(source, 7.0)
-  bad = save(source, tmp_path, "bad")
-  good_source = make_embedding()
-  good_source.build()
-  fill(good_source, 3.0)
-  good = save(good_source, tmp_path, "good")
+  bad, good = checkpoints(tmp_path, REFUSED[case]())
 
   embedding = make_embedding()
   with pytest.raises(ValueError, match=MESSAGES[case]):
@@ -108,13 +107,7 @@ def test_refused_restore_before_build_leaves_the_object_usable(
 
 def test_refused_restore_before_build_then_good_restore_before_build(
     tmp_path):
-  source = make_embedding(dim_b=4)
-  source.build()
-  bad = save(source, tmp_path, "bad")
-  good_source = make_embedding()
-  good_source.build()
-  fill(good_source, 3.0)
-  good = save(good_source, tmp_path, "good")
+  bad, good = checkpoints(tmp_path, make_embedding(dim_b=4))
   embedding = make_embedding()
   with pytest.raises(ValueError, match="Table 'b'"):
     tf.train.Checkpoint(embedding=embedding).restore(bad)
