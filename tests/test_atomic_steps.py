@@ -1,7 +1,7 @@
-"""A training step is all or nothing (docs/numerics.md, "Errors" and
-"Non-finite gradients and updates"): whatever fails in a step (a learning
-rate, a learning-rate callable, a lookup with validation off, an update
-that would overflow a table or a slot), every table and slot stays
+"""A training step is all or nothing (docs/numerics.md, "Errors",
+"Learning rates" and "Non-finite gradients"): whatever fails in a step (a
+learning rate, a learning-rate callable, a lookup with validation off, an
+update that would overflow a table or a slot), every table and slot stays
 bit-identical, on every host path, eagerly and in `tf.function`; and the
 next good step gives the numbers of an independent numpy reference.
 """

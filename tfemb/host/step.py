@@ -186,13 +186,24 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
           writes = _created_by(
               lambda: [p.write() for p in pending if not p.early])
       with tf.control_dependencies(early + writes):
-        for rate in counting:
-          rate.advance()
         return tf.constant(True)
 
     return policy.run(finite + [p.finite for p in pending], write)
 
-  policy.serialized(update)
+  def advance():
+    for rate in counting:
+      rate.advance()
+    return tf.constant(True)
+
+  # Outside the lock: a rate's step counter may synchronize the replicas
+  # (a mirrored variable), which must not wait while one of them holds it.
+  written = policy.serialized(update)
+  if counting:
+    with tf.control_dependencies([written]):
+      if policy.raising:
+        advance()
+      else:
+        tf.cond(written, advance, lambda: tf.constant(False))
 
 
 def _created_by(fn) -> List[Any]:
@@ -272,15 +283,15 @@ class NonFinitePolicy:
 
     return tf.cond(tf.reduce_all(finite), write, count)
 
-  def serialized(self, fn) -> None:
+  def serialized(self, fn) -> tf.Tensor:
     """`fn()` under this object's lock (TensorFlow's `CriticalSection`):
     one update at a time reads, computes and writes the rows, whatever the
     threads or workers running steps; `fn` returns a tensor that waits for
-    every write."""
+    every write, returned here."""
     if self._lock is None:
       with tf.init_scope(), _lock_device(self._strategy):
         self._lock = tf.CriticalSection(name="tfemb_update")
-    self._lock.execute(fn)
+    return self._lock.execute(fn)
 
 
 def _lock_device(strategy):

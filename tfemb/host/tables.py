@@ -26,9 +26,11 @@ A path's methods, in step order:
   otherwise `finite` says whether every value is finite;
 * `prepare(batch, ids, grads, lr, global_batch) -> Pending`: the table's
   optimizer on rows `ids` with learning rate `lr` (`global_batch`: the ids
-  are the global batch's, not this batch's), computed from the rows as they are now
-  (under the step's lock, `step.NonFinitePolicy.serialized`): whether the
-  new rows and slots are finite, and the function that writes them.
+  are the global batch's, not this batch's), computed from the rows as
+  they are now (under the step's lock, `step.NonFinitePolicy.serialized`):
+  whether the new rows and slots are finite, and the function that writes
+  them. A path with an `update(batch, ids, grads, global_batch)` of its own
+  (`tfemb.sparsecore.custom`) computes as it writes instead.
 """
 
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple

@@ -180,48 +180,41 @@ class TableStore:
     after its tables; when several nodes look so and one of them fits,
     nothing is refused here (the children are still checked one by one).
     """
-    reader = tf.train.load_checkpoint(path)
     graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    graph.ParseFromString(reader.get_tensor(_OBJECT_GRAPH_KEY))
+    try:
+      reader = tf.train.load_checkpoint(path)
+      graph.ParseFromString(reader.get_tensor(_OBJECT_GRAPH_KEY))
+    except (tf.errors.OpError, ValueError, TypeError):
+      return  # no object graph to read: the children are checked one by one
     keys = reader.get_variable_to_shape_map()
     shapes = {n: s for t in self._tables for n, s in _shapes(t).items()}
     tables = {t.name for t in self._tables}
     errors = []
-    def holds_value(child):
-      return any(a.name == _VALUE_KEY
-                 for a in graph.nodes[child.node_id].attributes)
-
     for node in graph.nodes:
-      names = [c.local_name for c in node.children
-               if not c.local_name.startswith("_")]
-      if not any(c.local_name in tables and holds_value(c)
-                 for c in node.children):
+      children = [(c.local_name, graph.nodes[c.node_id]) for c in node.children
+                   if not c.local_name.startswith("_")]
+      if not any(name in tables and _value_key(child)
+                 for name, child in children):
         continue  # not an embedding object of these tables
       try:
-        for child in node.children:
-          if child.local_name in names:
-            self._check_child(child.local_name, graph.nodes[child.node_id],
-                              keys, shapes)
+        for name, child in children:
+          self._check_child(name, _value_key(child), keys, shapes)
       except ValueError as e:
         errors.append(e)
-        continue
-      return  # a node that fits
+      else:
+        return  # a node that fits
     if errors:
       raise errors[0]
 
-  def _check_child(self, name, node, keys, shapes) -> None:
+  def _check_child(self, name, key, keys, shapes) -> None:
     if name not in shapes:
-      self.check_checkpoint_child(name)
-      return  # another engine's child (TPUEmbeddingV2 adds some)
-    for attribute in node.attributes:
-      if attribute.name != _VALUE_KEY or attribute.checkpoint_key not in keys:
-        continue
-      held = tuple(keys[attribute.checkpoint_key])
-      if held != shapes[name]:
-        raise ValueError(
-            f"Table {name.partition('/')[0]!r} ({name}): expected shape "
-            f"{shapes[name]} (vocabulary_size, dim); the checkpoint being "
-            f"restored holds {held}. Nothing was restored.")
+      self.check_checkpoint_child(name)  # raises: not a table or slot here
+    held = tuple(keys.get(key, shapes[name]))
+    if held != shapes[name]:
+      raise ValueError(
+          f"Table {name.partition('/')[0]!r} ({name}): expected shape "
+          f"{shapes[name]} (vocabulary_size, dim); the checkpoint being "
+          f"restored holds {held}. Nothing was restored.")
 
   def check_checkpoint_child(self, name: str) -> None:
     """Refuses a checkpoint child this configuration does not have: the
@@ -239,6 +232,12 @@ class TableStore:
           f"The checkpoint holds slot {slot!r} of table {table!r}, but this "
           f"TPUEmbedding trains the table with {type(opt).__name__} (slots "
           f"{slots[table]}): it was saved with another optimizer.")
+
+
+def _value_key(node) -> Optional[str]:
+  """The checkpoint key of a checkpointed variable's value, if it is one."""
+  return next((a.checkpoint_key for a in node.attributes
+               if a.name == _VALUE_KEY), None)
 
 
 def _shapes(table) -> Dict[str, Tuple[int, ...]]:
