@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -893,32 +894,53 @@ class ApplyRowsOp : public OpKernel {
 // --- TfembCheckRows -----------------------------------------------------------
 
 // Whether TfembApplyRows with the same inputs would leave every touched row
-// of the table and of its slots finite; writes nothing. Each row is updated
-// in a scratch copy, by the same rule.
+// of the table and of its slots finite; writes nothing. The rows are
+// updated by the same rule in a scratch copy, kChunk rows at a time
+// ([kChunk, 3 x dim]: parameters, slot 0, slot 1; small enough to stay in
+// cache).
 class CheckRowsOp : public ApplyRowsOp {
  public:
   using ApplyRowsOp::ApplyRowsOp;
 
  protected:
+  static constexpr int64_t kChunk = 64;
+
   void Finish(OpKernelContext* ctx, const Update& p, const int64_t* id,
               const float* g, int64_t u, int64_t dim, int64_t stride,
               float* w, float* s0, float* s1) override {
-    std::vector<float> row(3 * dim, 0.0f);  // parameters, slot 0, slot 1
-    float* copy[3] = {row.data(), s0 ? row.data() + dim : nullptr,
-                      s1 ? row.data() + 2 * dim : nullptr};
+    const int64_t width = 3 * dim;
+    std::vector<float> rows(kChunk * width, 0.0f);
+    std::vector<int64_t> at(kChunk);
+    for (int64_t r = 0; r < kChunk; ++r) at[r] = r;
     const float* from[3] = {w, s0, s1};
-    const int64_t first = 0;
-    bool finite = true;
-    for (int64_t r = 0; r < u && finite; ++r) {
-      for (int k = 0; k < 3; ++k) {
-        if (from[k]) std::copy_n(from[k] + id[r] * stride, dim, copy[k]);
+    float* copy = rows.data();
+    uint32_t non_finite = 0;
+    for (int64_t first = 0; first < u && !non_finite; first += kChunk) {
+      const int64_t n = std::min(kChunk, u - first);
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t i = first + r;
+        for (int k = 0; k < 3; ++k) {
+          if (!from[k]) continue;
+          if (i + kPrefetchRows < u) {
+            PrefetchRow(from[k] + id[i + kPrefetchRows] * stride, dim);
+          }
+          std::copy_n(from[k] + id[i] * stride, dim,
+                      copy + r * width + k * dim);
+        }
       }
-      apply_(p, &first, g + r * dim, 1, dim, dim, copy[0], copy[1], copy[2]);
-      for (float x : row) finite = finite && std::isfinite(x);
+      apply_(p, at.data(), g + first * dim, n, dim, width, copy,
+             s0 ? copy + dim : nullptr, s1 ? copy + 2 * dim : nullptr);
+      // NaN and +-Inf have every exponent bit set; integer ops, so that
+      // the loop vectorizes (a float sum could not be reordered).
+      for (int64_t i = 0; i < n * width; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, copy + i, sizeof(bits));
+        non_finite |= (bits & 0x7f800000u) == 0x7f800000u;
+      }
     }
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
-    out->scalar<bool>()() = finite;
+    out->scalar<bool>()() = !non_finite;
   }
 };
 
