@@ -205,3 +205,29 @@ def test_steps_after_refused_ones_match_the_reference(engine_path, mode):
     np.testing.assert_allclose(variables[name]["accumulators"].numpy(),
                                ref.slots["accumulators"], rtol=1e-5,
                                atol=1e-6, err_msg=name)
+
+
+def test_mirrored_step_with_an_overflowing_update_changes_nothing(
+    engine_path):
+  """2 replicas: each sees the global gradient, so both refuse the step."""
+  tf.distribute.MirroredStrategy._collective_key_base = 9000  # pylint: disable=protected-access
+  strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+  with strategy.scope():
+    embedding = make_embedding(tfemb.Adagrad(0.3))
+
+  @tf.function
+  def step(scale_b):
+    def replica_step():
+      embedding.enqueue(features(), training=True)
+      embedding.dequeue()
+      grads = gradients()
+      grads["fb"] = grads["fb"] * scale_b
+      embedding.apply_gradients(grads)
+
+    strategy.run(replica_step)
+
+  step(tf.constant(1.0))
+  before = snapshot(embedding)
+  with pytest.raises(E, match=r"Table \W*b\W*: the update would make a row"):
+    step(tf.constant(1e20))
+  assert_unchanged(embedding, before)
