@@ -6,6 +6,8 @@ bit-identical, on every host path, eagerly and in `tf.function`; and the
 next good step gives the numbers of an independent numpy reference.
 """
 
+import threading
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -231,3 +233,19 @@ def test_mirrored_step_with_an_overflowing_update_changes_nothing(
   with pytest.raises(E, match=r"Table \W*b\W*: the update would make a row"):
     step(tf.constant(1e20))
   assert_unchanged(embedding, before)
+
+
+def test_an_error_kept_by_the_caller_does_not_keep_the_lock(engine_path):
+  """Eagerly: the next step runs while the refused step's error (and its
+  traceback) is still held."""
+  embedding = make_embedding(tfemb.Adagrad(0.2))
+  step = make_step(embedding, "eager")
+  step(features(), gradients())
+  with pytest.raises(E) as kept:
+    step(features(), gradients(scale_b=1e20))
+  done = []
+  thread = threading.Thread(
+      target=lambda: done.append(step(features(), gradients())), daemon=True)
+  thread.start()
+  thread.join(60)
+  assert done, f"the step after {kept.type.__name__} did not finish"

@@ -9,6 +9,7 @@ table and slot as it was (docs/numerics.md, "Errors").
 """
 
 import contextlib
+import traceback
 from typing import Any, Dict, List, NamedTuple, Sequence
 
 from absl import logging
@@ -291,7 +292,14 @@ class NonFinitePolicy:
     if self._lock is None:
       with tf.init_scope(), _lock_device(self._strategy):
         self._lock = tf.CriticalSection(name="tfemb_update")
-    return self._lock.execute(fn)
+    try:
+      return self._lock.execute(fn)
+    except Exception as e:
+      # Eagerly the lock is held by a tensor in the frames of the failed
+      # call until they are freed: cleared now, so that an error kept by
+      # the caller does not keep the lock.
+      traceback.clear_frames(e.__traceback__)
+      raise
 
 
 def _lock_device(strategy):
