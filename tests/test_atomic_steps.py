@@ -249,3 +249,16 @@ def test_an_error_kept_by_the_caller_does_not_keep_the_lock(engine_path):
   thread.start()
   thread.join(60)
   assert done, f"the step after {kept.type.__name__} did not finish"
+
+
+@pytest.mark.parametrize("rate", [np.nan, np.inf])
+def test_constant_non_finite_learning_rate_is_refused(engine_path, mode,
+                                                      rate):
+  embedding = make_embedding(tfemb.SGD(rate))
+  step = make_step(embedding, mode)
+  embedding.build()
+  before = snapshot(embedding)
+  with pytest.raises(ValueError, match=r"Table 'b': the learning rate must "
+                     "be a finite float scalar, got"):
+    step(features(), gradients())
+  assert_unchanged(embedding, before)

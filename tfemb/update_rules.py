@@ -32,6 +32,7 @@ Adding an optimizer takes:
 
 from typing import Callable, Dict, List, Tuple
 
+import numpy as np
 import tensorflow as tf
 
 Slots = Dict[str, tf.Tensor]
@@ -171,8 +172,8 @@ def divides_by_learning_rate(opt) -> bool:
 def checked_learning_rate(table) -> Tuple[tf.Tensor, List[tf.Operation]]:
   """`table`'s learning rate for this step, a float32 scalar, and the
   checks it must pass before any write: finite, and > 0 where the rule
-  divides by it. A rate whose shape is known not to be a scalar raises a
-  ValueError here."""
+  divides by it. A rate whose shape is known not to be a scalar, or a
+  Python number that fails them, raises a ValueError here."""
   opt = table.optimizer
   lr = learning_rate(opt)
   what = "finite and > 0" if divides_by_learning_rate(opt) else "finite"
@@ -180,6 +181,12 @@ def checked_learning_rate(table) -> Tuple[tf.Tensor, List[tf.Operation]]:
              "float scalar")
   if lr.shape.rank is not None and lr.shape.num_elements() != 1:
     raise ValueError(f"{message}, got shape {lr.shape}.")
+  if isinstance(opt.learning_rate, (int, float, np.number)):  # no op/step
+    value = float(np.float32(opt.learning_rate))  # as the step uses it
+    if not np.isfinite(value) or (divides_by_learning_rate(opt) and
+                                  value <= 0):
+      raise ValueError(f"{message}, got {value}.")
+    return tf.reshape(lr, []), []
   checks = []
   if lr.shape.rank is None:
     checks.append(tf.raw_ops.Assert(condition=tf.equal(tf.size(lr), 1),
