@@ -30,8 +30,9 @@ Adding an optimizer takes:
      training, kernel, width, layout and mirrored tests run.
 """
 
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, List, Tuple
 
+import numpy as np
 import tensorflow as tf
 
 Slots = Dict[str, tf.Tensor]
@@ -159,6 +160,43 @@ def learning_rate(opt) -> tf.Tensor:
   if callable(lr):
     lr = lr()
   return tf.cast(lr, tf.float32)
+
+
+def divides_by_learning_rate(opt) -> bool:
+  """Whether the rule divides by `lr` (FTRL without
+  `multiply_linear_by_learning_rate`): its rate must then be > 0."""
+  return (getattr(opt, "learning_rate_power", None) is not None and
+          not getattr(opt, "multiply_linear_by_learning_rate", False))
+
+
+def checked_learning_rate(table) -> Tuple[tf.Tensor, List[tf.Operation]]:
+  """`table`'s learning rate for this step, a float32 scalar, and the
+  checks it must pass before any write: finite, and > 0 where the rule
+  divides by it. A rate whose shape is known not to be a scalar, or a
+  Python number that fails them, raises a ValueError here."""
+  opt = table.optimizer
+  lr = learning_rate(opt)
+  what = "finite and > 0" if divides_by_learning_rate(opt) else "finite"
+  message = (f"Table {table.name!r}: the learning rate must be a {what} "
+             "float scalar")
+  if lr.shape.rank is not None and lr.shape.num_elements() != 1:
+    raise ValueError(f"{message}, got shape {lr.shape}.")
+  if isinstance(opt.learning_rate, (int, float, np.number)):  # no op/step
+    value = float(np.float32(opt.learning_rate))  # as the step uses it
+    if not np.isfinite(value) or (divides_by_learning_rate(opt) and
+                                  value <= 0):
+      raise ValueError(f"{message}, got {value}.")
+    return tf.reshape(lr, []), []
+  checks = []
+  if lr.shape.rank is None:
+    checks.append(tf.raw_ops.Assert(condition=tf.equal(tf.size(lr), 1),
+                                    data=[message + "."]))
+  lr = tf.reshape(lr, [])
+  ok = tf.math.is_finite(lr)
+  if divides_by_learning_rate(opt):
+    ok = tf.logical_and(ok, lr > 0)
+  checks.append(tf.raw_ops.Assert(condition=ok, data=[message + "."]))
+  return lr, checks
 
 
 def apply(opt, w, g, slots: Slots, lr) -> Tuple[tf.Tensor, Slots]:

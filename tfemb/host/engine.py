@@ -10,7 +10,7 @@ the parts of `tfemb.host`:
 * `tables`: per table, the path its training steps take (the fused CPU
   kernels, or TensorFlow's ops), chosen once when the tables exist;
 * `step`: a batch's lookups, activations and all-or-nothing update, and
-  the non-finite-gradient policy;
+  the non-finite policy and the lock every update takes;
 * `protocol.Queue`: what waits between enqueue, dequeue and
   apply_gradients.
 
@@ -215,6 +215,12 @@ class HostEmbedding(autotrackable.AutoTrackable):
       children.update(interleaved_tables.savedmodel_children(self._variables))
     return children
 
+  def _checkpoint_adapter(self, path: str):
+    """Refuses a checkpoint of another configuration before anything of it
+    is restored (or deferred until `build`): a restore is all or nothing."""
+    self._store.check_checkpoint(path)
+    return super()._checkpoint_adapter(path)
+
   def _lookup_dependency(self, name, cached_dependencies=None):
     """Refuses a checkpoint saved with other tables or another optimizer:
     TensorFlow asks this for every child of this object in a checkpoint
@@ -315,7 +321,8 @@ class HostEmbedding(autotrackable.AutoTrackable):
 
   @property
   def non_finite_gradients(self) -> str:
-    """What a step with a NaN or Inf embedding gradient does.
+    """What a step with a NaN or Inf embedding gradient, or whose update
+    would make a table or slot NaN or Inf, does.
 
     "raise" (default): an InvalidArgumentError naming the table, and no
     table or slot changes. "skip": no table or slot changes, the step is
@@ -329,5 +336,6 @@ class HostEmbedding(autotrackable.AutoTrackable):
 
   @property
   def skipped_steps(self) -> int:
-    """Steps skipped for non-finite gradients (policy "skip")."""
+    """Steps skipped for non-finite gradients or updates (policy
+    "skip")."""
     return self._policy.skipped_steps

@@ -1,52 +1,56 @@
 """The sparse update: a table's optimizer applied to the rows a step touched.
 
-Gathers the touched rows of the table and of each slot, runs
-`update_rules.apply` on them, and scatters the results back (TensorFlow's
-resource gather and scatter ops, routed per shard for sharded tables), or,
-with `fused=True`, does all of it in place in one `tfemb.kernels` op.
-Non-lazy Adam, as on the TPU, updates every row instead.
+`new_rows` gathers the touched rows of the table and of each slot and runs
+`update_rules.apply` on them; `write_rows` scatters the results back
+(TensorFlow's resource gather and scatter ops, routed per shard for sharded
+tables). Non-lazy Adam, as on the TPU, updates every row instead. With the
+fused kernels, `tfemb.kernels` checks (`check_rows`) and applies
+(`apply_rows`) the update in place instead.
 """
+
+from typing import Dict, List
 
 import tensorflow as tf
 
 from tfemb import update_rules
-from tfemb.kernels import ops as kernel_ops
 from tfemb.host.variables import gather_rows
 
 
-def update_table(table, variables, ids, w, grads, fused=False):
-  """Applies the table's optimizer to the touched rows and their slots.
-
-  `variables` is the table's `{"parameters": .., slot: ..}`. `w` holds the
-  rows as `dequeue` gathered them (the values before this step), so the
-  parameters are not gathered twice; None: gather them. `fused`: the table
-  can take the fused kernel (`kernel_ops.usable`).
-  """
-  opt = table.optimizer
-  if opt is None:
+def optimizer_of(table):
+  """The table's optimizer; a table without one cannot be trained."""
+  if table.optimizer is None:
     raise RuntimeError(
         f"Table {table.name!r} has no optimizer: pass one to TPUEmbedding "
         "or the TableConfig to train it.")
-  slot_names = opt._slot_names()  # pylint: disable=protected-access
-  lr = update_rules.learning_rate(opt)
-  if fused:
-    kernel_ops.apply_rows(table, variables, ids, grads, lr)
-    return
-  if getattr(opt, "lazy_adam", True):
-    if w is None:
-      w = gather_rows(variables["parameters"], ids)
-    slots = {n: gather_rows(variables[n], ids) for n in slot_names}
-    new_w, new_slots = update_rules.apply(opt, w, grads, slots, lr)
-    for n in slot_names:
-      variables[n].scatter_update(tf.IndexedSlices(new_slots[n], ids))
-    variables["parameters"].scatter_update(tf.IndexedSlices(new_w, ids))
+  return table.optimizer
+
+
+def _lazy(opt) -> bool:
+  return getattr(opt, "lazy_adam", True)
+
+
+def new_rows(table, variables, ids, grads, lr) -> Dict[str, tf.Tensor]:
+  """The table's rows `ids` and their slots after this step's update, from
+  their values now: `{"parameters": .., slot: ..}` (non-lazy Adam: every
+  row, with a zero gradient for the untouched ones)."""
+  opt = optimizer_of(table)
+  names = opt._slot_names()  # pylint: disable=protected-access
+  if _lazy(opt):
+    read = lambda v: gather_rows(v, ids)
   else:
-    # Non-lazy Adam: every row sees this step (zero gradient if untouched).
-    dense_grads = tf.scatter_nd(ids[:, None], grads,
-                                [table.vocabulary_size, table.dim])
-    w = variables["parameters"].read_value()
-    slots = {n: variables[n].read_value() for n in slot_names}
-    new_w, new_slots = update_rules.apply(opt, w, dense_grads, slots, lr)
-    for n in slot_names:
-      variables[n].assign(new_slots[n])
-    variables["parameters"].assign(new_w)
+    grads = tf.scatter_nd(ids[:, None], grads,
+                          [table.vocabulary_size, table.dim])
+    read = lambda v: v.read_value()
+  new_w, new_slots = update_rules.apply(
+      opt, read(variables["parameters"]), grads,
+      {n: read(variables[n]) for n in names}, lr)
+  return dict(new_slots, parameters=new_w)
+
+
+def write_rows(table, variables, ids, values: Dict[str, tf.Tensor]) -> List:
+  """Writes what `new_rows` computed; returns the writes."""
+  if _lazy(table.optimizer):
+    write = lambda v, x: v.scatter_update(tf.IndexedSlices(x, ids))
+  else:
+    write = lambda v, x: v.assign(x)
+  return [write(variables[name], value) for name, value in values.items()]

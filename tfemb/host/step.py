@@ -8,6 +8,8 @@ gradient check of the step has passed, so a failing check leaves every
 table and slot as it was (docs/numerics.md, "Errors").
 """
 
+import contextlib
+import traceback
 from typing import Any, Dict, List, NamedTuple, Sequence
 
 from absl import logging
@@ -16,8 +18,10 @@ import tensorflow as tf
 from tfemb import inputs
 from tfemb import replicas
 from tfemb import resolution
+from tfemb import update_rules
 from tfemb import validation
 from tfemb.host import feeding
+from tfemb.host import sparse_update
 from tfemb.host import tables as table_paths
 
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
@@ -131,14 +135,20 @@ def _entry_gradients(config, table_batch, batch: Batch, flat_grads):
 
 
 def apply(config: resolution.Resolved, batch: Batch, flat_grads,
-          policy) -> None:
+          policy: "NonFinitePolicy") -> None:
   """Row gradients per table, then every table's update, then the step of
-  the learning rates that count steps; all or nothing under `policy`
-  (`NonFinitePolicy`)."""
+  the learning rates that count steps; all or nothing under `policy`.
+
+  Every check (inputs, gradients, learning rates) and every table's new
+  rows and slots come before the first write; the updates are read,
+  computed and written under `policy.serialized`, so concurrent steps on
+  one object lose no update.
+  """
   checks = list(batch.checks)
   updates, finite = [], []
   multi_replica = replicas.in_multi_replica_step()
   for path, table_batch in batch.tables.values():
+    sparse_update.optimizer_of(path.table)
     entry_grads, grad_checks = _entry_gradients(config, table_batch, batch,
                                                 flat_grads)
     checks += grad_checks
@@ -154,31 +164,78 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
       checks.append(grads)  # carries the table's non-finite check
     finite.append(table_finite)
     updates.append((path, table_batch, ids, grads))
-  rates = resolution.counting_learning_rates(config.tables)
+  # Every learning rate (a callable is called here) before any write.
+  rates = []
+  for path, *_ in updates:
+    lr, lr_checks = update_rules.checked_learning_rate(path.table)
+    rates.append(lr)
+    checks += lr_checks
+  counting = resolution.counting_learning_rates(config.tables)
 
-  def write():
+  def update():
     with tf.control_dependencies(checks):
-      for path, table_batch, ids, grads in updates:
-        path.update(table_batch, ids, grads, global_batch=multi_replica)
-      for rate in rates:
-        rate.advance()
+      pending = [
+          path.prepare(table_batch, ids, grads, lr, multi_replica)
+          for (path, table_batch, ids, grads), lr in zip(updates, rates)]
+    value_checks = policy.checks(
+        [p.finite for p in pending], [u[0].table.name for u in updates])
+
+    def write():
+      with tf.control_dependencies(value_checks):
+        early = _created_by(lambda: [p.write() for p in pending if p.early])
+        with tf.control_dependencies(early):
+          writes = _created_by(
+              lambda: [p.write() for p in pending if not p.early])
+      with tf.control_dependencies(early + writes):
+        return tf.constant(True)
+
+    return policy.run(finite + [p.finite for p in pending], write)
+
+  def advance():
+    for rate in counting:
+      rate.advance()
     return tf.constant(True)
 
-  policy.run(finite, write)
+  # Outside the lock: a rate's step counter may synchronize the replicas
+  # (a mirrored variable), which must not wait while one of them holds it.
+  written = policy.serialized(update)
+  if counting:
+    with tf.control_dependencies([written]):
+      if policy.raising:
+        advance()
+      else:
+        tf.cond(written, advance, lambda: tf.constant(False))
+
+
+def _created_by(fn) -> List[Any]:
+  """The ops `fn` creates in a graph (every write, whatever variable kind
+  made it), for what must wait for them; [] eagerly, where ops run at
+  once."""
+  if tf.executing_eagerly():
+    fn()
+    return []
+  graph = tf.compat.v1.get_default_graph()
+  before = len(graph.get_operations())
+  fn()
+  return graph.get_operations()[before:]
 
 
 class NonFinitePolicy:
-  """What a step with a NaN or Inf embedding gradient does.
+  """What a step whose update is not finite does, and the lock its update
+  takes.
 
-  "raise" (default): an InvalidArgumentError naming the table, and no table
-  or slot changes. "skip": no table or slot changes, the step is counted in
-  `skipped_steps`, and training goes on.
+  A step is not finite when an embedding gradient is NaN or Inf, or when
+  the update would make a row of a table or of a slot NaN or Inf (e.g. an
+  accumulator overflowing). "raise" (default): an InvalidArgumentError
+  naming the table, and no table or slot changes. "skip": no table or slot
+  changes, the step is counted in `skipped_steps`, and training goes on.
   """
 
   def __init__(self, strategy):
     self._strategy = strategy
     self._mode = "raise"
     self._skipped = None
+    self._lock = None
 
   @property
   def mode(self) -> str:
@@ -205,15 +262,49 @@ class NonFinitePolicy:
   def skipped_steps(self) -> int:
     return 0 if self._skipped is None else int(self._skipped.numpy())
 
-  def run(self, finite: Sequence[Any], write) -> None:
-    """`write()`, or under "skip" only if every table's gradient is finite
-    (else the step is counted)."""
+  def checks(self, finite: Sequence[Any], names: Sequence[str]) -> List[Any]:
+    """Under "raise", an error naming the first table whose new rows or
+    slots (`finite`, by table) are not all finite."""
+    if not self.raising:
+      return []
+    return [tf.raw_ops.Assert(condition=ok, data=[
+        f"Table {name!r}: the update would make a row of the table or of a "
+        "slot non-finite (NaN or Inf); no table was updated."])
+            for ok, name in zip(finite, names)]
+
+  def run(self, finite: Sequence[Any], write) -> tf.Tensor:
+    """`write()`, or under "skip" only if every table's gradient and update
+    is finite (else the step is counted)."""
     if self.raising:
-      write()
-      return
+      return write()
 
     def count():
-      self._skipped.assign_add(1)
-      return tf.constant(False)
+      with tf.control_dependencies([self._skipped.assign_add(1)]):
+        return tf.constant(False)
 
-    tf.cond(tf.reduce_all(finite), write, count)
+    return tf.cond(tf.reduce_all(finite), write, count)
+
+  def serialized(self, fn) -> tf.Tensor:
+    """`fn()` under this object's lock (TensorFlow's `CriticalSection`):
+    one update at a time reads, computes and writes the rows, whatever the
+    threads or workers running steps; `fn` returns a tensor that waits for
+    every write, returned here."""
+    if self._lock is None:
+      with tf.init_scope(), _lock_device(self._strategy):
+        self._lock = tf.CriticalSection(name="tfemb_update")
+    try:
+      return self._lock.execute(fn)
+    except Exception as e:
+      # Eagerly the lock is held by a tensor in the frames of the failed
+      # call until they are freed: cleared now, so that an error kept by
+      # the caller does not keep the lock.
+      traceback.clear_frames(e.__traceback__)
+      raise
+
+
+def _lock_device(strategy):
+  """Where the lock lives: with the tables on the first parameter server
+  (every worker takes it there), else here."""
+  if not hasattr(strategy.extended, "_variable_partitioner"):
+    return contextlib.nullcontext()  # not ParameterServerStrategy
+  return tf.device(strategy.extended.parameter_devices[0])

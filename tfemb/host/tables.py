@@ -24,8 +24,13 @@ A path's methods, in step order:
   gradient summed per distinct id. With `raising`, `grads` carries the
   non-finite check (an error naming the table) and `finite` is True;
   otherwise `finite` says whether every value is finite;
-* `update(batch, ids, grads, global_batch)`: the table's optimizer on rows
-  `ids` (`global_batch`: the ids are the global batch's, not this batch's).
+* `prepare(batch, ids, grads, lr, global_batch) -> Pending`: the table's
+  optimizer on rows `ids` with learning rate `lr` (`global_batch`: the ids
+  are the global batch's, not this batch's), computed from the rows as
+  they are now (under the step's lock, `step.NonFinitePolicy.serialized`):
+  whether the new rows and slots are finite, and the function that writes
+  them. A path with an `update(batch, ids, grads, global_batch)` of its own
+  (`tfemb.sparsecore.custom`) computes as it writes instead.
 """
 
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
@@ -46,6 +51,16 @@ class Remap(NamedTuple):
   vocabulary_size: int  # the table's own; ids are checked against it
   kernel_attr: Tuple[int, ...]  # TfembDedupGather's `stacked`
   rows_of: Callable[[tf.Tensor], tf.Tensor]  # ids -> rows (TF ops)
+
+
+class Pending(NamedTuple):
+  """A table's update, computed but not written."""
+  finite: tf.Tensor  # every new value of the table and its slots is finite
+  write: Callable[[], Any]  # writes it
+  # A path that computes as it writes (`update(batch, ids, grads,
+  # global_batch)`, as `tfemb.sparsecore.custom` has it): written first, so
+  # that an error in its computation leaves the other tables unwritten.
+  early: bool = False
 
 
 class Member(NamedTuple):
@@ -134,9 +149,20 @@ class OpsTable(_Path):
         tf.size(batch.unique_ids, out_type=tf.int64))
     return checked(self.table.name, grads, raising)
 
-  def update(self, batch: OpsBatch, ids, grads, global_batch: bool):
-    rows = None if global_batch else batch.rows  # this batch's: reused
-    sparse_update.update_table(self.table, self.variables, ids, rows, grads)
+  def prepare(self, batch: OpsBatch, ids, grads, lr,
+              global_batch: bool) -> Pending:
+    update = getattr(self, "update", None)
+    if update is not None:
+      return Pending(tf.constant(True),
+                     lambda: update(batch, ids, grads, global_batch), True)
+    # The rows are read again here, not taken from the lookup: a concurrent
+    # step may have written them since (each step's update reads, computes
+    # and writes under one lock).
+    values = sparse_update.new_rows(self.table, self.variables, ids, grads,
+                                    lr)
+    finite = tf.reduce_all([validation.all_finite(v) for v in values.values()])
+    return Pending(finite, lambda: sparse_update.write_rows(
+        self.table, self.variables, ids, values))
 
 
 class FusedTable(_Path):
@@ -162,11 +188,19 @@ class FusedTable(_Path):
         raising)
     return grads, tf.constant(True) if raising else finite
 
-  def update(self, batch: FusedBatch, ids, grads, global_batch: bool):
-    del batch, global_batch  # the kernel reads the rows it updates
-    sparse_update.update_table(
-        self.table, self.variables, ids, None, grads,
-        fused=kernel_ops.in_place_here(self.variables))
+  def prepare(self, batch: FusedBatch, ids, grads, lr,
+              global_batch: bool) -> Pending:
+    del batch, global_batch  # the kernels read the rows they update
+    table, variables = self.table, self.variables
+    sparse_update.optimizer_of(table)
+    finite = kernel_ops.check_rows(table, variables, ids, grads, lr)
+    if kernel_ops.in_place_here(variables):
+      return Pending(finite, lambda: kernel_ops.apply_rows(
+          table, variables, ids, grads, lr))
+    # Several mirrored copies, outside a replica: TensorFlow's mirrored ops.
+    return Pending(finite, lambda: sparse_update.write_rows(
+        table, variables, ids,
+        sparse_update.new_rows(table, variables, ids, grads, lr)))
 
 
 def checked(table_name: str, grads, raising: bool):

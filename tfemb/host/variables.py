@@ -13,9 +13,10 @@ these variables.
 
 import contextlib
 import functools
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
+from tensorflow.core.protobuf import trackable_object_graph_pb2
 from tensorflow.python.distribute import sharded_variable  # pylint: disable=g-direct-tensorflow-import
 
 from tfemb import initialization
@@ -24,6 +25,8 @@ from tfemb import replicas
 from tfemb.kernels import ops as kernel_ops
 
 TableVariables = Dict[str, tf.Variable]  # {"parameters": .., slot: ..}
+_OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
+_VALUE_KEY = "VARIABLE_VALUE"
 
 
 def _slot_names(table) -> List[str]:
@@ -96,13 +99,10 @@ class TableStore:
     # A view's columns, by the name TensorFlow gives the variable.
     column = {table.name: 0}
     column.update({f"{table.name}/{n}": k + 1 for k, n in enumerate(names)})
-    # A CustomOptimizer's 1-D slots (`slot_dims`): one value per row.
-    dims = getattr(table.optimizer, "slot_dims", ()) or ()
-    shapes = {f"{table.name}/{n}": (table.vocabulary_size,)
-              for n, d in zip(names, dims) if d == 1}
+    shapes = _shapes(table)
 
     def plain(name, dtype, initializer, trainable, blocks):
-      shape = shapes.get(name, table_shape)
+      shape = shapes[name]
       variable = tf.Variable(
           name=name,
           initial_value=(
@@ -135,7 +135,7 @@ class TableStore:
     def getter(name, shape, dtype, initializer, trainable):
       del shape  # The tracking code may clear it; use the table's.
       blocks = None
-      if not self.partitioned and name not in shapes:
+      if not self.partitioned and shapes[name] == table_shape:
         blocks = initialization.block_rows(initializer, table_shape, dtype)
       try:
         make = plain if storage is None else view
@@ -143,17 +143,18 @@ class TableStore:
       except ValueError as e:  # a restored value of another shape
         raise ValueError(
             f"Table {table.name!r} ({name}): expected shape "
-            f"{shapes.get(name, table_shape)} (vocabulary_size, dim); the "
+            f"{shapes[name]} (vocabulary_size, dim); the "
             f"checkpoint being restored holds another: {e}") from None
 
     def create(name, initializer, trainable=True):
       return owner._add_variable_with_custom_getter(  # pylint: disable=protected-access
           name=name,
           initializer=initializer,
-          shape=shapes.get(name, table_shape),
+          shape=shapes[name],
           dtype=tf.float32,
           getter=getter,
-          trainable=trainable)
+          trainable=trainable,
+          overwrite=True)  # a build that failed part way may be retried
 
     parameters = create(table.name, table.initializer)
     slots = {}
@@ -168,6 +169,52 @@ class TableStore:
         }
     slots["parameters"] = parameters
     return slots
+
+  def check_checkpoint(self, path: str) -> None:
+    """Refuses, before anything is restored, a checkpoint whose embedding
+    object holds a table or slot this configuration does not have, or one
+    of another shape (TensorFlow asks the engine for its
+    `_checkpoint_adapter(path)` before it restores or defers any child).
+
+    The engine's own node in the checkpoint is one whose children are named
+    after its tables; when several nodes look so and one of them fits,
+    nothing is refused here (the children are still checked one by one).
+    """
+    graph = trackable_object_graph_pb2.TrackableObjectGraph()
+    try:
+      reader = tf.train.load_checkpoint(path)
+      graph.ParseFromString(reader.get_tensor(_OBJECT_GRAPH_KEY))
+    except (tf.errors.OpError, ValueError, TypeError):
+      return  # no object graph to read: the children are checked one by one
+    keys = reader.get_variable_to_shape_map()
+    shapes = {n: s for t in self._tables for n, s in _shapes(t).items()}
+    tables = {t.name for t in self._tables}
+    errors = []
+    for node in graph.nodes:
+      children = [(c.local_name, graph.nodes[c.node_id]) for c in node.children
+                   if not c.local_name.startswith("_")]
+      if not any(name in tables and _value_key(child)
+                 for name, child in children):
+        continue  # not an embedding object of these tables
+      try:
+        for name, child in children:
+          self._check_child(name, _value_key(child), keys, shapes)
+      except ValueError as e:
+        errors.append(e)
+      else:
+        return  # a node that fits
+    if errors:
+      raise errors[0]
+
+  def _check_child(self, name, key, keys, shapes) -> None:
+    if name not in shapes:
+      self.check_checkpoint_child(name)  # raises: not a table or slot here
+    held = tuple(keys.get(key, shapes[name]))
+    if held != shapes[name]:
+      raise ValueError(
+          f"Table {name.partition('/')[0]!r} ({name}): expected shape "
+          f"{shapes[name]} (vocabulary_size, dim); the checkpoint being "
+          f"restored holds {held}. Nothing was restored.")
 
   def check_checkpoint_child(self, name: str) -> None:
     """Refuses a checkpoint child this configuration does not have: the
@@ -185,6 +232,26 @@ class TableStore:
           f"The checkpoint holds slot {slot!r} of table {table!r}, but this "
           f"TPUEmbedding trains the table with {type(opt).__name__} (slots "
           f"{slots[table]}): it was saved with another optimizer.")
+
+
+def _value_key(node) -> Optional[str]:
+  """The checkpoint key of a checkpointed variable's value, if it is one."""
+  return next((a.checkpoint_key for a in node.attributes
+               if a.name == _VALUE_KEY), None)
+
+
+def _shapes(table) -> Dict[str, Tuple[int, ...]]:
+  """The shape of the table's variable and of each slot's, by name (the
+  names of their checkpoint children); a CustomOptimizer's 1-D slots
+  (`slot_dims`) hold one value per row."""
+  table_shape = (table.vocabulary_size, table.dim)
+  names = _slot_names(table)
+  dims = getattr(table.optimizer, "slot_dims", ()) or ()
+  dims = list(dims) + [2] * (len(names) - len(dims))
+  shapes = {table.name: table_shape}
+  shapes.update({f"{table.name}/{n}": (table.vocabulary_size,) if d == 1
+                 else table_shape for n, d in zip(names, dims)})
+  return shapes
 
 
 class ByTableConfig(dict):

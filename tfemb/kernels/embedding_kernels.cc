@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <tuple>
@@ -966,16 +967,78 @@ class ApplyRowsOp : public OpKernel {
     }
     const float* g = grads.flat<float>().data();
     float *w = data[0], *s0 = data[1], *s1 = data[2];
+    Finish(ctx, p, id, g, u, dim, stride, w, s0, s1);
+  }
+
+ protected:
+  // With every variable locked and every input checked: the update.
+  virtual void Finish(OpKernelContext* ctx, const Update& p, const int64_t* id,
+                      const float* g, int64_t u, int64_t dim, int64_t stride,
+                      float* w, float* s0, float* s1) {
     apply_(p, id, g, u, dim, stride, w, s0, s1);
   }
+
+  ApplyFn apply_;
 
  private:
   std::string table_name_;
   Update p_;
   bool decay_by_lr_;
   bool interleaved_;  // slots beside the parameters, in one variable
-  ApplyFn apply_;
   int slots_;
+};
+
+// --- TfembCheckRows -----------------------------------------------------------
+
+// Whether TfembApplyRows with the same inputs would leave every touched row
+// of the table and of its slots finite; writes nothing. The rows are
+// updated by the same rule in a scratch copy, kChunk rows at a time
+// ([kChunk, 3 x dim]: parameters, slot 0, slot 1; small enough to stay in
+// cache).
+class CheckRowsOp : public ApplyRowsOp {
+ public:
+  using ApplyRowsOp::ApplyRowsOp;
+
+ protected:
+  static constexpr int64_t kChunk = 64;
+
+  void Finish(OpKernelContext* ctx, const Update& p, const int64_t* id,
+              const float* g, int64_t u, int64_t dim, int64_t stride,
+              float* w, float* s0, float* s1) override {
+    const int64_t width = 3 * dim;
+    std::vector<float> rows(kChunk * width, 0.0f);
+    std::vector<int64_t> at(kChunk);
+    for (int64_t r = 0; r < kChunk; ++r) at[r] = r;
+    const float* from[3] = {w, s0, s1};
+    float* copy = rows.data();
+    uint32_t non_finite = 0;
+    for (int64_t first = 0; first < u && !non_finite; first += kChunk) {
+      const int64_t n = std::min(kChunk, u - first);
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t i = first + r;
+        for (int k = 0; k < 3; ++k) {
+          if (!from[k]) continue;
+          if (i + kPrefetchRows < u) {
+            PrefetchRow(from[k] + id[i + kPrefetchRows] * stride, dim);
+          }
+          std::copy_n(from[k] + id[i] * stride, dim,
+                      copy + r * width + k * dim);
+        }
+      }
+      apply_(p, at.data(), g + first * dim, n, dim, width, copy,
+             s0 ? copy + dim : nullptr, s1 ? copy + 2 * dim : nullptr);
+      // NaN and +-Inf have every exponent bit set; integer ops, so that
+      // the loop vectorizes (a float sum could not be reordered).
+      for (int64_t i = 0; i < n * width; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, copy + i, sizeof(bits));
+        non_finite |= (bits & 0x7f800000u) == 0x7f800000u;
+      }
+    }
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<bool>()() = !non_finite;
+  }
 };
 
 // --- TfembAdviseHugePages ---------------------------------------------------
@@ -1082,6 +1145,30 @@ REGISTER_OP("TfembApplyRows")
       return c->Merge(c->Dim(ids, 0), c->Dim(grads, 0), &rows);
     });
 
+REGISTER_OP("TfembCheckRows")
+    .Input("parameters: resource")
+    .Input("slots: num_slots * resource")
+    .Input("ids: int64")
+    .Input("gradients: float")
+    .Input("learning_rate: float")
+    .Output("finite: bool")
+    .Attr("num_slots: int >= 0")
+    .Attr("table_name: string")
+    .Attr("rule: string")
+    .Attr("hyperparameters: list(float)")
+    .Attr("clip_gradient: list(float)")
+    .Attr("clip_weight: list(float)")
+    .Attr("weight_decay_factor: float")
+    .Attr("multiply_weight_decay_by_lr: bool")
+    .Attr("interleaved: bool = false")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Scalar());
+      return absl::OkStatus();
+    });
+
+REGISTER_KERNEL_BUILDER(Name("TfembCheckRows").Device(DEVICE_CPU),
+                        CheckRowsOp);
 REGISTER_KERNEL_BUILDER(Name("TfembDedupGather").Device(DEVICE_CPU),
                         DedupGatherOp);
 REGISTER_KERNEL_BUILDER(Name("TfembAdviseHugePages").Device(DEVICE_CPU),

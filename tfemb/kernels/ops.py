@@ -14,7 +14,9 @@ below is one op per table, run by the build this process loaded
 * `row_gradients(grads, positions, unique_ids, ...)`: the summed gradient of
   each distinct row and whether it is finite (or raise, naming the table).
 * `apply_rows(table, variables, ids, grads, lr)`: the table's optimizer on
-  those rows, in place (docs/numerics.md, "The update"; lazy).
+  those rows, in place (docs/numerics.md, "The update"; lazy);
+  `check_rows(...)`, with the same arguments: whether it would leave them
+  and their slots finite, writing nothing.
 * `read_columns`, `write_columns`, `split_columns`, `rejoin_columns`: an
   interleaved table's columns, read, written, and saved without a second
   copy of the table.
@@ -46,6 +48,7 @@ from tfemb import replicas
 from tfemb.kernels import build
 
 for _op in ("TfembDedupGather", "TfembRowGradients", "TfembApplyRows",
+            "TfembCheckRows",
             "TfembWriteColumns", "TfembSplitColumns", "TfembRejoinColumns"):
   tf.no_gradient(_op)
 # A lookup only reads its table (under a shared lock): in a tf.function,
@@ -213,6 +216,17 @@ def update_attributes(opt) -> Dict[str, Any]:
           opt.multiply_weight_decay_factor_by_learning_rate))
 
 
+def _rows_op(op, table, variables, ids, grads, lr):
+  opt = table.optimizer
+  interleaved = bool(_row_width(variables["parameters"]))
+  slots = [] if interleaved else [
+      _handle(variables[n]) for n in optimizers.identify(opt).slots]
+  return op(
+      parameters=_handle(variables["parameters"]), slots=slots, ids=ids,
+      gradients=grads, learning_rate=lr, table_name=table.name,
+      interleaved=interleaved, **update_attributes(opt))
+
+
 def apply_rows(table, variables, ids, grads, lr):
   """The table's optimizer on rows `ids` of the table and its slots.
 
@@ -221,11 +235,12 @@ def apply_rows(table, variables, ids, grads, lr):
   holds the slots too: [rows, (1 + slots) x dim], the parameters first,
   then each slot in the optimizer's order.
   """
-  opt = table.optimizer
-  interleaved = bool(_row_width(variables["parameters"]))
-  slots = [] if interleaved else [
-      _handle(variables[n]) for n in optimizers.identify(opt).slots]
-  return _library().tfemb_apply_rows(
-      parameters=_handle(variables["parameters"]), slots=slots, ids=ids,
-      gradients=grads, learning_rate=lr, table_name=table.name,
-      interleaved=interleaved, **update_attributes(opt))
+  return _rows_op(_library().tfemb_apply_rows, table, variables, ids, grads,
+                  lr)
+
+
+def check_rows(table, variables, ids, grads, lr) -> tf.Tensor:
+  """Whether `apply_rows` with these arguments would leave every touched
+  row of the table and its slots finite (a bool scalar); writes nothing."""
+  return _rows_op(_library().tfemb_check_rows, table, variables, ids, grads,
+                  lr)
