@@ -71,6 +71,12 @@ def test_a_v1_checkpoint_restores_into_the_stacked_tables_and_slots(tmp_path):
   tf.train.Checkpoint(embedding=v2).restore(path)
   v2.build()
   assert_tables_equal(tables_of(v2), v1_tables(v1))
+  # Padding as in a new object: Adagrad's initial accumulator (0.1), so the
+  # padding columns of touched rows stay finite.
+  proto = v2.embedding_layouts["c"]
+  accumulators = v2.variables[proto.stacked_table_name]["accumulators"]
+  np.testing.assert_allclose(
+      accumulators.numpy()[rows(proto, VOCAB["c"]), DIM["c"]:], 0.1)
   train_v1(v1, later)
   train(v2, later, in_function=False)
   got, want = tables_of(v2), v1_tables(v1)

@@ -21,7 +21,7 @@ variables are created: restore such a checkpoint before the first lookup or
 `build()`. A restore into built variables of another layout is refused.
 """
 
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 from tensorflow.core.tpu.kernels import sparse_core_layout_pb2
@@ -64,10 +64,11 @@ class _Restack(checkpoint_adapter.ReshardCallback):
   def __init__(self, target: str, sources: Sequence[str], slot: str,
                target_layouts: Sequence[_Layout],
                source_layouts: Optional[Dict[str, List[_Layout]]],
-               keys: frozenset):
+               keys: frozenset, initializer: Optional[Any] = None):
     self._target = target
     self._sources = list(sources)
     self._slot = slot
+    self._initializer = initializer  # of the padding; None: zeros
     self._target_layouts = list(target_layouts)
     self._source_layouts = source_layouts
     self._keys = keys
@@ -120,7 +121,12 @@ class _Restack(checkpoint_adapter.ReshardCallback):
     rows = first.total_rows_per_sparse_core_shard * first.num_sparse_cores
     shape = [rows] if values[0].shape.rank == 1 else (
         [rows, first.unsharded_padded_shape[1]])
-    stacked = tf.zeros(shape, values[0].dtype)
+    # Padding rows and columns as a new object has them: zero parameters, a
+    # slot's initial value (an Adagrad accumulator of 0 would turn the
+    # padding columns of a touched row into NaN).
+    stacked = (tf.zeros(shape, values[0].dtype) if self._initializer is None
+               else tf.cast(self._initializer(shape, dtype=tf.float32),
+                            values[0].dtype))
     for layout in self._target_layouts:
       table = tables[layout.table_name]
       expected = list(layout.unsharded_shape[:table.shape.rank])
@@ -130,10 +136,11 @@ class _Restack(checkpoint_adapter.ReshardCallback):
             f"{'/' + self._slot if self._slot else ''}: expected shape "
             f"{expected} (vocabulary_size, dim); the checkpoint holds "
             f"{table.shape.as_list()}.")
-      if table.shape.rank == 2:
-        table = tf.pad(table, [[0, 0], [0, shape[1] - expected[1]]])
-      stacked = tf.tensor_scatter_nd_update(
-          stacked, layout_rows(layout, expected[0])[:, None], table)
+      rows = layout_rows(layout, expected[0])
+      if table.shape.rank == 2 and shape[1] > expected[1]:
+        table = tf.concat(
+            [table, tf.gather(stacked, rows)[:, expected[1]:]], axis=1)
+      stacked = tf.tensor_scatter_nd_update(stacked, rows[:, None], table)
     if shape_and_slice:  # one partition's part
       offsets = shape_and_slice.split(" ")[-1].split(":")
       begin, size = zip(*(map(int, o.split(",")) for o in offsets))
@@ -147,20 +154,20 @@ def layout_rows(layout: _Layout, rows: int) -> tf.Tensor:
 
 class Adapter(checkpoint_adapter.AbstractCheckpointAdapter):
   """Restores a checkpoint of other layouts into the stacked variables of
-  `stacking`, whose stacked tables have `slot_names`.
+  `stacking`, whose stacked tables have the slots of `slots`.
 
   Args:
     path: the checkpoint.
     stacking: the host's `layout.Stacking`.
-    slot_names: the slots of each stacked table, by stacked table name.
+    slots: per stacked table name, its slots' initializers by slot name.
   """
 
-  def __init__(self, path: str, stacking, slot_names: Dict[str, List[str]]):
+  def __init__(self, path: str, stacking, slots: Dict[str, Dict[str, Any]]):
     self._saved = saved_layouts(path)
     self._keys = frozenset(
         tf.train.load_checkpoint(path).get_variable_to_dtype_map())
     self._stacking = stacking
-    self._slot_names = slot_names
+    self._slots = slots
     self._callbacks: Dict[str, _Restack] = {}
     self._known = set()
     self._plan()
@@ -171,7 +178,7 @@ class Adapter(checkpoint_adapter.AbstractCheckpointAdapter):
     the embedding's layouts and slots (`TPUEmbeddingV2._checkpoint_adapter`
     creates it)."""
     raise TypeError("Adapter needs the embedding: Adapter(path, stacking, "
-                    "slot_names).")
+                    "slots).")
 
   @property
   def needed(self) -> bool:
@@ -203,7 +210,8 @@ class Adapter(checkpoint_adapter.AbstractCheckpointAdapter):
               "configuration.")
         sources = sorted({self._saved[l.table_name].stacked_table_name
                           for l in targets})
-      for slot in [""] + list(self._slot_names.get(name, ())):
+      initializers = {"": None, **self._slots.get(name, {})}
+      for slot, initializer in initializers.items():
         suffix = "/" + slot if slot else ""
         named = [s + suffix for s in sources]
         if named[0] in self._callbacks:
@@ -213,7 +221,7 @@ class Adapter(checkpoint_adapter.AbstractCheckpointAdapter):
               "configuration that stacks its tables alike.")
         self._callbacks[named[0]] = _Restack(name + suffix, named, slot,
                                              targets, source_stacks,
-                                             self._keys)
+                                             self._keys, initializer)
         self._known.update(named)
         self._known.add(name + suffix)  # the variable's own name
 

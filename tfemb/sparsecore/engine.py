@@ -252,8 +252,9 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     """Rearranges a checkpoint of unstacked tables or of another layout
     into the stacked variables as they are created
     (`tfemb.sparsecore.checkpoints`)."""
-    slots = {t.name: t.optimizer._slot_names() if t.optimizer else []  # pylint: disable=protected-access
-             for t in self._table_config}
+    slots = {t.name: dict(zip(t.optimizer._slot_names(),  # pylint: disable=protected-access
+                              t.optimizer._slot_initializers()))  # pylint: disable=protected-access
+             if t.optimizer else {} for t in self._table_config}
     # TensorFlow's checkpoint adapters (2.17 on) call this; older ones never.
     from tfemb.sparsecore import checkpoints  # pylint: disable=g-import-not-at-top
     adapter = checkpoints.Adapter(path, self._stacking, slots)
