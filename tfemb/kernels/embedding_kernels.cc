@@ -841,21 +841,33 @@ bool FindRule(const std::string& name, std::tuple<Rules...>*, Rule* found) {
           ...);
 }
 
-// Exclusive locks on variables, taken in the given order, released at the
-// end of the scope.
-class ExclusiveLocks {
+// Locks on variables, exclusive (a writer) or shared (a reader), taken in
+// the given order, released at the end of the scope.
+class VariableLocks {
  public:
-  explicit ExclusiveLocks(const std::vector<Var*>& vars) : vars_(vars) {
-    for (Var* v : vars_) v->mu()->lock();
+  VariableLocks(const std::vector<Var*>& vars, bool exclusive)
+      : vars_(vars), exclusive_(exclusive) {
+    for (Var* v : vars_) {
+      if (exclusive_) {
+        v->mu()->lock();
+      } else {
+        v->mu()->lock_shared();
+      }
+    }
   }
-  ~ExclusiveLocks() {
+  ~VariableLocks() {
     for (auto it = vars_.rbegin(); it != vars_.rend(); ++it) {
-      (*it)->mu()->unlock();
+      if (exclusive_) {
+        (*it)->mu()->unlock();
+      } else {
+        (*it)->mu()->unlock_shared();
+      }
     }
   }
 
  private:
   std::vector<Var*> vars_;
+  bool exclusive_;
 };
 
 class ApplyRowsOp : public OpKernel {
@@ -935,7 +947,7 @@ class ApplyRowsOp : public OpKernel {
     for (auto& v : vars) order.push_back(v.get());
     std::sort(order.begin(), order.end());
     order.erase(std::unique(order.begin(), order.end()), order.end());
-    ExclusiveLocks locks(order);
+    VariableLocks locks(order, Writes());
     std::vector<float*> data(num_vars);
     int64_t rows = 0;
     const int64_t stride = interleaved_ ? (1 + slots_) * dim : dim;
@@ -971,6 +983,10 @@ class ApplyRowsOp : public OpKernel {
   }
 
  protected:
+  // Whether Finish writes the variables (an exclusive lock) or only reads
+  // them (a shared one, so that checks of one variable run side by side).
+  virtual bool Writes() const { return true; }
+
   // With every variable locked and every input checked: the update.
   virtual void Finish(OpKernelContext* ctx, const Update& p, const int64_t* id,
                       const float* g, int64_t u, int64_t dim, int64_t stride,
@@ -1000,6 +1016,8 @@ class CheckRowsOp : public ApplyRowsOp {
   using ApplyRowsOp::ApplyRowsOp;
 
  protected:
+  bool Writes() const override { return false; }
+
   static constexpr int64_t kChunk = 64;
 
   void Finish(OpKernelContext* ctx, const Update& p, const int64_t* id,

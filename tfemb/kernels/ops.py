@@ -51,10 +51,12 @@ for _op in ("TfembDedupGather", "TfembRowGradients", "TfembApplyRows",
             "TfembCheckRows",
             "TfembWriteColumns", "TfembSplitColumns", "TfembRejoinColumns"):
   tf.no_gradient(_op)
-# A lookup only reads its table (under a shared lock): in a tf.function,
-# lookups of tables stacked in one variable run side by side, ordered only
-# after the writes before them, as TensorFlow's own ResourceGather.
-auto_control_deps_utils.register_read_only_resource_op("TfembDedupGather")
+# A lookup, and the check of an update, only read their table (under a
+# shared lock): in a tf.function, those of tables stacked in one variable
+# run side by side, ordered only after the writes before them, as
+# TensorFlow's own ResourceGather.
+for _op in ("TfembDedupGather", "TfembCheckRows"):
+  auto_control_deps_utils.register_read_only_resource_op(_op)
 
 
 # The columns of an interleaved table's storage are the view's value
