@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import tfemb
+import tfemb.layers
 from tfemb.tpu import cli
 
 # The SparseCore host engine needs TensorFlow's stacker (2.17 on).
@@ -252,3 +253,21 @@ def test_samples_that_do_not_divide_among_a_chips_sparsecores_are_refused():
     tfemb.TPUEmbeddingV2(
         {"f": tfemb.FeatureConfig(table, output_shape=[6])}, tfemb.SGD(0.5),
         sparse_core_embedding_config=tfemb.SparseCoreEmbeddingConfig())
+
+
+def test_the_keras_layer_counts_the_dropped_ids():
+  keras = tf.keras
+  table = tfemb.TableConfig(32, 8, name="t", initializer=tf.ones_initializer())
+  layer = tfemb.layers.TPUEmbedding(
+      {"f": tfemb.FeatureConfig(table, output_shape=[16])}, tfemb.SGD(0.5),
+      sparse_core_embedding_config=tfemb.SparseCoreEmbeddingConfig(
+          max_ids_per_chip_per_sample=1, allow_id_dropping=True))
+  inputs = {"f": keras.Input(shape=(None,), batch_size=16, dtype="int64",
+                             ragged=True, name="f")}
+  out = keras.layers.Lambda(lambda a: tf.reduce_sum(a, -1, keepdims=True))(
+      layer(inputs)["f"])
+  model = keras.Model(inputs, out)
+  model.compile(optimizer="sgd", loss=lambda y, p: tf.reduce_sum(p))
+  ids = tf.ragged.constant([[1, 2, 3]] * 16, dtype=tf.int64)
+  model.fit({"f": ids}, np.zeros((16, 1)), batch_size=16, verbose=0)
+  assert layer.dropped_ids == {"t": 40}  # as in the engine's test above

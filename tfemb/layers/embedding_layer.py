@@ -256,6 +256,13 @@ class TPUEmbedding(tf.keras.layers.Layer):
     return self._engine.embedding_variables()
 
   @property
+  def dropped_ids(self) -> Dict[str, int]:
+    """Following the SparseCore under a `SparseCoreEmbeddingConfig` with
+    `allow_id_dropping`: the ids dropped so far, per stacked table
+    (`tfemb.TPUEmbeddingV2.dropped_ids`); empty otherwise."""
+    return dict(getattr(self._tpu_embedding, "dropped_ids", None) or {})
+
+  @property
   def non_finite_gradients(self) -> str:
     """"raise" (default) or "skip": see `tfemb.TPUEmbedding`'s property of
     the same name. On the host path only (a TPU applies what it gets)."""
