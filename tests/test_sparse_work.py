@@ -64,7 +64,9 @@ def test_step_touches_rows_not_tables(name, engine_path):
       assert op_type not in types, op_type
   else:
     assert types.count("Unique") == tables
-    assert types.count("ResourceGather") == tables * (1 + num_slots)
+    # The lookup's rows, then under the update's lock the rows again and
+    # the slots' (docs/numerics.md, "Concurrent steps").
+    assert types.count("ResourceGather") == tables * (2 + num_slots)
     assert types.count("ResourceScatterUpdate") == tables * (1 + num_slots)
   assert "ReadVariableOp" not in types
   assert "AssignVariableOp" not in types
