@@ -31,8 +31,26 @@ def cli(*args):
   done = subprocess.run([sys.executable, "-m", "tfemb.migrate", *args],
                         cwd=ROOT, env=env, capture_output=True, text=True,
                         timeout=300, check=False)
-  lines = [l for l in done.stderr.splitlines() if not _TF_LOG.match(l)]
-  return done.returncode, lines, done.stdout
+  return done.returncode, _own_lines(done.stderr), done.stdout
+
+
+# A Python warning that an imported library (Keras on an older TensorFlow)
+# prints at import: its line and the source line after it.
+_WARNING = re.compile(r"^\S+\.py:\d+: \w*Warning: ")
+
+
+def _own_lines(stderr):
+  """stderr without TensorFlow's log lines and imported libraries'
+  warnings: what the converter itself printed."""
+  lines, skip_source = [], False
+  for line in stderr.splitlines():
+    if skip_source and line.startswith(" "):
+      skip_source = False
+      continue
+    skip_source = bool(_WARNING.match(line)) and "tfemb" not in line
+    if not skip_source and not _TF_LOG.match(line):
+      lines.append(line)
+  return lines
 
 
 def assert_refused(args, path, reason, status=1):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import helpers
 import tfemb
 
 
@@ -74,6 +75,7 @@ MESSAGES = {
 }
 
 
+@helpers.needs_checkpoint_adapters
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_refused_restore_changes_nothing(table_layout, tmp_path, case):
   bad, good = checkpoints(tmp_path, REFUSED[case]())
@@ -88,6 +90,7 @@ def test_refused_restore_changes_nothing(table_layout, tmp_path, case):
   assert_all(embedding, 3.0)
 
 
+@helpers.needs_checkpoint_adapters
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_refused_restore_before_build_leaves_the_object_usable(
     table_layout, tmp_path, case):
@@ -105,6 +108,7 @@ def test_refused_restore_before_build_leaves_the_object_usable(
   assert_all(embedding, 3.0)
 
 
+@helpers.needs_checkpoint_adapters
 def test_refused_restore_before_build_then_good_restore_before_build(
     tmp_path):
   bad, good = checkpoints(tmp_path, make_embedding(dim_b=4))
