@@ -3,8 +3,8 @@
 `tfemb.patch()`, with tf_keras as Model Garden needs. Each run trains an
 experiment's model (small tables, Model Garden's synthetic data) and checks
 that its tables are tfemb's and move, that the embedding optimizer's
-learning rate is Model Garden's schedule at every step, that the loss falls
-and that a checkpoint restores (tests/workers/model_garden_worker.py).
+learning rate is Model Garden's schedule at every step, that the loss on
+a held batch falls and that a checkpoint restores (tests/workers/model_garden_worker.py).
 
 Model Garden is installed by `ci/install_clients.sh` (CI runs it); without
 it these tests are skipped, except in CI, where they fail.
@@ -13,7 +13,7 @@ it these tests are skipped, except in CI, where they fail.
 import importlib.util
 import json
 import os
-import statistics
+import math
 import subprocess
 import sys
 
@@ -48,6 +48,7 @@ def test_model_garden_trains_on_tfemb(experiment, strategy, tmp_path):
   assert len(result["moved"]) == 4 and min(result["moved"].values()) > 0
   for ours, model_gardens in result["rates"]:  # step by step
     assert ours == pytest.approx(model_gardens, rel=1e-6)
-  losses = result["losses"]
-  assert statistics.mean(losses[-8:]) < statistics.mean(losses[:8])
+  assert all(map(math.isfinite, result["losses"]))
+  before, after = result["held_loss"]  # one batch, before and after training
+  assert after < before
   assert result["restored"]

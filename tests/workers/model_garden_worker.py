@@ -63,8 +63,10 @@ def main(experiment, strategy_name, checkpoint_dir):
   embedding = model._embedding_layer  # pylint: disable=protected-access
   layer = getattr(embedding, "tpu_embedding", embedding)
   batches = iter(dataset.repeat())
+  held = next(batches)  # a batch the loss is measured on before and after
   model.train_on_batch(*next(batches))  # builds the tables
   first = tables(layer)
+  held_before = float(model.test_on_batch(*held, return_dict=True)["loss"])
   schedule = common.WarmUpAndPolyDecay(
       batch_size=64, decay_exp=2, learning_rate=8.0, warmup_steps=4,
       decay_steps=16, decay_start_steps=20)
@@ -74,6 +76,7 @@ def main(experiment, strategy_name, checkpoint_dir):
     rates.append([float(opt.learning_rate()), float(schedule(step))])
     losses.append(float(model.train_on_batch(*next(batches), return_dict=True)["loss"]))
   last = tables(layer)
+  held_after = float(model.test_on_batch(*held, return_dict=True)["loss"])
   path = tf.train.Checkpoint(model=model).save(checkpoint_dir + "/ckpt")
   with strategy.scope():
     again = make_task(experiment)[1].build_model()
@@ -88,6 +91,7 @@ def main(experiment, strategy_name, checkpoint_dir):
       "restored": all(np.array_equal(restored[n], last[n]) for n in last),
       "rates": rates,
       "losses": losses,
+      "held_loss": [held_before, held_after],
   }))
 
 
