@@ -17,7 +17,6 @@ the numbers TensorFlow 2.21 sends to the SparseCore (docs/sparsecore.md):
   `embedding.apply_gradients(gradients, preserved)`.
 """
 
-import copy
 import functools
 from typing import Any, Dict, Optional
 
@@ -38,32 +37,12 @@ from tfemb.sparsecore import custom
 from tfemb.sparsecore import enforce
 from tfemb.sparsecore import feeding as v2_feeding
 from tfemb.sparsecore import layout as layout_lib
+from tfemb.sparsecore import stacked as stacked_lib
 from tfemb.sparsecore import stats
 from tfemb.tpu import delegate
 
 _no_autograph = tf.autograph.experimental.do_not_convert
 _DEFAULT_SC_PER_CHIP = 4  # TensorFlow's, when the hardware does not say
-
-
-class _StackedInitializer:
-  """The initial value of a stacked table: each table's own initializer,
-  its rows at their stacked rows, padding zero."""
-
-  def __init__(self, stacking, tables):
-    self._stacking = stacking
-    self._tables = tables
-
-  def __call__(self, shape, dtype=tf.float32, **unused_kwargs):
-    value = tf.zeros(shape, dtype)
-    for table in self._tables:
-      rows = layout_lib.stacked_rows(
-          self._stacking, table.name,
-          tf.range(table.vocabulary_size, dtype=tf.int64))
-      block = table.initializer((table.vocabulary_size, table.dim),
-                                dtype=dtype)
-      block = tf.pad(block, [[0, 0], [0, shape[1] - table.dim]])
-      value = tf.tensor_scatter_nd_update(value, rows[:, None], block)
-    return value
 
 
 class Preserved(dict):
@@ -123,7 +102,7 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
         self._strategy.num_replicas_in_sync, _DEFAULT_SC_PER_CHIP,
         sparse_core_embedding_config)
     self._stacking = data_structures.NoDependency(stacking)
-    stacked_tables, trained = self._stacked_config(config, stacking)
+    stacked_tables, trained = stacked_lib.stacked_config(config, stacking)
     self._stacked = data_structures.NoDependency(trained)
     self._table_config = stacked_tables  # as TensorFlow's attribute
     self._output_shapes = [f.output_shape for f in config.features]
@@ -139,39 +118,6 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
         step.NonFinitePolicy(self._strategy))
     self._adapter = data_structures.NoDependency(None)
     self._built = False
-
-  @staticmethod
-  def _stacked_config(config, stacking):
-    """`(stacked tables, trained)`: one TableConfig per stacked table
-    (padded shape, the SparseCore's optimizer, a stacked initializer), the
-    variables' configs; and the configuration the host engine's parts
-    train, with one table per user table over its stacked table's rows (so
-    each table's lookup and update are kernels of their own, which run side
-    by side), each feature looking its table up by stacked row."""
-    by_name = {t.name: t for t in config.tables}
-    stacked_tables, trained = [], {}
-    for name, stacked in stacking.stacked_tables.items():
-      members = [by_name[n] for n in stacked.table_names]
-      table = copy.copy(members[0])
-      table.name = name
-      table.vocabulary_size, table.dim = stacked.shape
-      table.optimizer = [custom.host_optimizer(m) for m in members][0]
-      table.initializer = _StackedInitializer(stacking, members)
-      stacked_tables.append(table)
-      for member in members:
-        part = copy.copy(table)
-        part.name = member.name
-        part.stacked_table_name = name
-        trained[member.name] = part
-    tables = [trained[t.name] for t in config.tables]
-    features = []
-    for feature in config.features:
-      stacked_feature = copy.copy(feature)
-      stacked_feature.table = trained[feature.table.name]
-      features.append(stacked_feature)
-    return stacked_tables, resolution.Resolved(
-        config.structure, config.paths, features, config.table_index, tables,
-        tables)
 
   # --- tables ---------------------------------------------------------------
 
