@@ -31,3 +31,21 @@ def fixed_batches(workload, steps):
                (len(ids), workload.dim), dtype=np.float32))
             for n, ids in features.items()})
           for features, _ in batches]
+
+
+def embedding_steps(workload, steps_per_call, one_step):
+  """A tf.function running `one_step(batch, gradients)` (which returns the
+  activations) on `steps_per_call` fixed batches, for the embedding-only
+  stacks (the child divides the time by `steps_per_call`)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  constants = fixed_batches(workload, steps_per_call)
+
+  @tf.function
+  def steps(features, labels):
+    del features, labels  # the workload's batches, all of them, instead
+    total = tf.constant(0.0)
+    for batch, gradients in constants:
+      total += one_step(batch, gradients)[workload.names[0]][0, 0]
+    return total
+
+  return steps

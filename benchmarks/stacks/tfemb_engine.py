@@ -12,7 +12,6 @@ function, the same for every stack and no part of a lookup or an update, is
 not counted as embedding work.
 """
 
-import tensorflow as tf
 import tfemb
 
 from benchmarks.stacks import tfemb_common
@@ -23,17 +22,11 @@ STEPS_PER_CALL = 8
 def build(workload):
   embedding = tfemb.TPUEmbedding(tfemb_common.feature_config(workload),
                                  tfemb_common.optimizer(workload))
-  constants = tfemb_common.fixed_batches(workload, STEPS_PER_CALL)
 
-  @tf.function
-  def steps(features, labels):
-    del features, labels  # the workload's batches, all of them, instead
-    total = tf.constant(0.0)
-    for batch, gradients in constants:
-      embedding.enqueue(batch, training=True)
-      activations = embedding.dequeue()
-      embedding.apply_gradients(gradients)
-      total += activations[workload.names[0]][0, 0]
-    return total
+  def one_step(batch, gradients):
+    embedding.enqueue(batch, training=True)
+    activations = embedding.dequeue()
+    embedding.apply_gradients(gradients)
+    return activations
 
-  return steps
+  return tfemb_common.embedding_steps(workload, STEPS_PER_CALL, one_step)

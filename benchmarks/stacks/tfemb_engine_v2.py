@@ -3,7 +3,6 @@ through `tfemb.TPUEmbeddingV2` (the SparseCore generation on the host):
 `embedding(features)` then `apply_gradients(gradients, preserved)`, on the
 workload's tables stacked as TensorFlow stacks them."""
 
-import tensorflow as tf
 import tfemb
 
 from benchmarks.stacks import tfemb_common
@@ -17,16 +16,10 @@ def build(workload):
                              name=n)
       for n, feature in tfemb_common.feature_config(workload).items()}
   embedding = tfemb.TPUEmbeddingV2(features, tfemb_common.optimizer(workload))
-  constants = tfemb_common.fixed_batches(workload, STEPS_PER_CALL)
 
-  @tf.function
-  def steps(features, labels):
-    del features, labels  # the workload's batches, all of them, instead
-    total = tf.constant(0.0)
-    for batch, gradients in constants:
-      activations, preserved = embedding(batch)
-      embedding.apply_gradients(gradients, preserved)
-      total += activations[workload.names[0]][0, 0]
-    return total
+  def one_step(batch, gradients):
+    activations, preserved = embedding(batch)
+    embedding.apply_gradients(gradients, preserved)
+    return activations
 
-  return steps
+  return tfemb_common.embedding_steps(workload, STEPS_PER_CALL, one_step)
