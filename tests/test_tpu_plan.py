@@ -257,6 +257,10 @@ def test_configuration_errors_name_the_table_or_feature():
   with pytest.raises(ValueError, match="Multiple tables with name lonely"):
     tfemb.tpu.plan([tfemb.FeatureConfig(table), tfemb.FeatureConfig(twin)],
                    tfemb.SGD(), 1, 1)
+  custom = tfemb.CustomOptimizer(lambda g, w, s, lr, h: w - lr * g, 0.1)
+  with pytest.raises(ValueError, match="Table 'lonely': a CustomOptimizer "
+                     "trains only on a SparseCore.*tfemb.tpu sparsecore"):
+    tfemb.tpu.plan(tfemb.FeatureConfig(table, output_shape=[4]), custom, 1)
 
 
 def test_human_bytes():

@@ -61,6 +61,12 @@ def resolve(feature_config: Any, optimizer: Optional[Any]) -> Resolved:
           f"Table {table.name!r}: the TPU needs an embedding optimizer (SGD, "
           "Adagrad, AdagradMomentum, Adam or FTRL, on the table or given "
           "globally), got NoneType.")
+    if optimizers.is_custom(table.optimizer):
+      raise ValueError(
+          f"Table {table.name!r}: a CustomOptimizer trains only on a "
+          "SparseCore (TPUEmbeddingV2), which TPUEmbedding's configuration "
+          "does not cover; plan it with `python -m tfemb.tpu sparsecore` "
+          "(docs/sparsecore.md).")
   features = nest.flatten(tf_conversion.to_tensorflow(resolved.structure))
   tables = []
   for feature in features:
