@@ -17,6 +17,7 @@ import tensorflow as tf
 
 import tfemb
 import tfemb.layers
+from tfemb.sparsecore import stats
 from tfemb.tpu import cli
 
 # The SparseCore host engine needs TensorFlow's stacker (2.17 on).
@@ -233,6 +234,28 @@ def test_the_command_line_report(tmp_path, capsys, monkeypatch):
   rows = sum(v for v in sparsecore_limits.VOCAB.values()
              if v != sparsecore_limits.VOCAB["history"])
   assert table["bytes_per_chip"] >= rows * 32 * 4 * 2 // 2  # + Adagrad
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "custom_1d_slot"])
+def test_the_report_counts_the_bytes_of_the_built_tables(optimizer):
+  if optimizer == "adagrad":
+    opt = tfemb.Adagrad(0.1)
+  else:  # an Adagrad-like rule whose accumulator is one value per row
+    opt = tfemb.CustomOptimizer(
+        lambda g, w, s, lr, h: (w - lr * g, s[0] + 1.0), 0.1,
+        slot_names=["count"], slot_initializers=[tf.zeros_initializer()],
+        slot_dims=[1])
+  features = config()
+  result = stats.report([as_inputs(b) for _, b in batches()][:1], features, 1,
+                        optimizer=opt)
+  embedding = tfemb.TPUEmbeddingV2(features, opt)
+  embedding.build()
+  built = collections.Counter()
+  for stacked, variables in embedding.variables.items():
+    for v in variables.values():
+      built[stacked] += int(np.prod(v.shape)) * 4
+  assert {n: t["bytes_per_chip"] for n, t in result["tables"].items()
+          } == dict(built)
 
 
 def test_the_tutorial_tunes_the_drops_to_zero():

@@ -126,6 +126,18 @@ def _suggest(count: int) -> int:
   return max(8, int(math.ceil(count * HEADROOM / 8)) * 8)
 
 
+def _row_width(table, dim: int) -> int:
+  """float32 values per stacked row: the row and each slot's (a
+  CustomOptimizer's 1-D slot, `slot_dims` 1, holds one value per row)."""
+  opt = table.optimizer
+  if opt is None:
+    return dim
+  names = opt._slot_names()  # pylint: disable=protected-access
+  dims = list(getattr(opt, "slot_dims", ()) or ())
+  dims += [2] * (len(names) - len(dims))
+  return dim + sum(1 if d == 1 else dim for d in dims)
+
+
 def report(batches: Iterable[Any], feature_config: Any, num_tpu_chips: int,
            num_sc_per_chip: int = 4, optimizer: Optional[Any] = None,
            sparse_core_embedding_config: Optional[Any] = None
@@ -143,11 +155,9 @@ def report(batches: Iterable[Any], feature_config: Any, num_tpu_chips: int,
             for n, s in stacking.stacked_tables.items()}
   by_name = {t.name: t for t in config.tables}
   for name, stacked in stacking.stacked_tables.items():
-    optimizer_of = by_name[stacked.table_names[0]].optimizer
-    slots = len(optimizer_of._slot_names()) if optimizer_of else 0  # pylint: disable=protected-access
     tables[name].bytes_per_chip = (
-        stacked.shape[0] * stacked.shape[1] * 4 * (1 + slots) //
-        num_tpu_chips)
+        stacked.shape[0] * _row_width(by_name[stacked.table_names[0]],
+                                      stacked.shape[1]) * 4 // num_tpu_chips)
   scanned = 0
   for batch in batches:
     ids = feature_ids(config, batch)
