@@ -144,6 +144,20 @@ def test_serving_lookup_takes_tfemb_configs_and_their_tables(source):
   assert_lookups(subset, {"tag": expected(arrays)["tag"]})
 
 
+def test_unnamed_tables_are_warned_about_once_not_per_lookup(caplog):
+  config = feature_config(tfemb, named=False)  # warned here, as TF warns
+  arrays = random_tables()
+  tables = {t: tf.Variable(arrays[n]) for n, t in tables_of(config).items()}
+  features, weights, expected = batch(seed=4)
+  caplog.clear()
+  for _ in range(3):
+    got = tfemb.serving_embedding_lookup(features, weights, tables, config)
+  assert_lookups(got, expected(arrays))
+  assert not [r for r in caplog.records
+              if "Name of the table config" in r.getMessage()]
+  assert all(t.name is None for t in tables_of(config).values())
+
+
 def train_one_step(embedding, seed=3):
   features, weights, _ = batch(seed)
   weights["user"] = None

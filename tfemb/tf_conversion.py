@@ -54,18 +54,24 @@ def _table(table, memo):
   if not isinstance(table, configs.TableConfig):
     return table
   if id(table) not in memo:
-    memo[id(table)] = tf_versions.construct(
+    # An unnamed table: its copy is made with a placeholder name and then
+    # unnamed, because TensorFlow's constructor warns about a missing name,
+    # which tfemb's TableConfig already did once; conversions happen per
+    # call (e.g. `serving_embedding_lookup`) and must not repeat it.
+    converted = tf_versions.construct(
         _tf_embedding.TableConfig,
         dict(vocabulary_size=table.vocabulary_size,
              dim=table.dim,
              initializer=table.initializer,
              optimizer=_optimizer(table.optimizer),
              combiner=_backported(table.combiner),
-             name=table.name,
+             name=table.name if table.name is not None else "",
              quantization_config=_quantization(table.quantization_config),
              layout=table.layout,
              dtype=table.dtype),
         f"Table {table.name!r}", reference=configs.TableConfig)
+    converted.name = table.name
+    memo[id(table)] = converted
   return memo[id(table)]
 
 
