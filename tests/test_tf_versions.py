@@ -8,6 +8,7 @@ the version error.
 
 import inspect
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -121,6 +122,33 @@ def test_a_backported_custom_optimizer_converts_where_tensorflow_has_it():
   assert converted.learning_rate == 0.3
   assert converted._slot_names() == ["v"]
   assert converted.hyperparameters == (0.5,)
+
+
+@pytest.mark.requires_tensorflow("2.18")
+def test_tensorflows_own_custom_optimizer_trains_a_v2_table():
+  """TensorFlow's `CustomOptimizer` as a script for the installed release
+  writes it (2.18 to 2.20: its own class, older than tfemb's)."""
+  optimizer = tf_embedding.CustomOptimizer(sgd_computation, learning_rate=0.5)
+  assert tfemb.optimizers.is_custom(optimizer)
+  table = tfemb.TableConfig(8, 4, initializer=tf.ones_initializer(),
+                            name="t")
+  feature = {"f": tfemb.FeatureConfig(table, output_shape=[4])}
+  embedding = tfemb.TPUEmbeddingV2(feature, optimizer)
+  ids = tf.constant([1, 1, 3, 5], tf.int64)
+  _, preserved = embedding({"f": ids})
+  embedding.apply_gradients({"f": tf.fill([4, 4], 0.25)}, preserved)
+  want = np.ones([8, 4], np.float32)
+  for i in [1, 1, 3, 5]:  # the gradient summed per row, then the rule
+    want[i] -= 0.5 * 0.25
+  proto = embedding.embedding_layouts["t"]  # id i's row in the stack
+  i, n = np.arange(8), proto.num_sparse_cores
+  rows = (((i % n + proto.sparse_core_shard_rotation) % n) *
+          proto.total_rows_per_sparse_core_shard +
+          proto.sparse_core_shard_row_offset + i // n)
+  np.testing.assert_allclose(
+      embedding.embedding_tables["t"].numpy()[rows, :4], want)
+  with pytest.raises(ValueError, match="Table 't': only TPUEmbeddingV2"):
+    tfemb.TPUEmbedding(feature, optimizer)
 
 
 def test_slot_dims_refused_by_a_tensorflow_without_them(monkeypatch):

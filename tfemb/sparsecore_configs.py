@@ -22,6 +22,13 @@ CustomCombiner = (tf_versions.newest_class("CustomCombiner") or
                   sparsecore_backports.CustomCombiner)
 CustomOptimizer = (tf_versions.newest_class("CustomOptimizer") or
                    sparsecore_backports.CustomOptimizer)
+# Every class `tfemb.optimizers.is_custom` takes: tfemb's, and TensorFlow's
+# own where it differs (2.18 to 2.20: without `slot_dims`), which a script
+# written for that TensorFlow passes.
+CUSTOM_OPTIMIZER_CLASSES = tuple(
+    {CustomOptimizer: None,
+     getattr(tf.tpu.experimental.embedding, "CustomOptimizer",
+             CustomOptimizer): None})
 RowIdInitializer = tf.tpu.experimental.embedding.RowIdInitializer
 SparseCoreEmbeddingConfig = (
     tf_versions.newest_class("SparseCoreEmbeddingConfig") or

@@ -26,6 +26,7 @@ from tfemb.optimizers.parameters import LearningRate
 from tfemb.optimizers.parameters import _Optimizer
 from tfemb.optimizers.declarations import DECLARATIONS
 from tfemb.optimizers.declarations import Declaration
+from tfemb import sparsecore_configs
 from tfemb.sparsecore_configs import CustomOptimizer
 
 # What `from tfemb.optimizers import *` (and so `tfemb`) exports: every
@@ -67,5 +68,6 @@ def is_optimizer(optimizer: Any) -> bool:
 
 
 def is_custom(optimizer: Any) -> bool:
-  """Whether `optimizer` is TensorFlow's `CustomOptimizer` (or a subclass)."""
-  return isinstance(optimizer, CustomOptimizer)
+  """Whether `optimizer` is a `CustomOptimizer` (or a subclass): tfemb's,
+  or the installed TensorFlow's own where it is older (no `slot_dims`)."""
+  return isinstance(optimizer, sparsecore_configs.CUSTOM_OPTIMIZER_CLASSES)
