@@ -156,6 +156,8 @@ def _layouts(tables: Sequence[Any], features: Sequence[Tuple[str, Any]],
       sparse_cores_per_partition=num_sc_per_chip,
       disable_table_stacking=disable_table_stacking)
   sorted_tables = sorted(tables, key=lambda t: t.name)
+  # Older stackers (TensorFlow 2.17 to 2.20) take no feature count.
+  takes_features = "num_features" in (stacker.AddTable.__doc__ or "")
   for table in sorted_tables:
     if not table.layout:
       counted = table.name == first.table.name
@@ -165,7 +167,7 @@ def _layouts(tables: Sequence[Any], features: Sequence[Tuple[str, Any]],
           table_width=table.dim,
           group=_group(table),
           output_samples=_num_samples(first_path, first) if counted else 0,
-          num_features=1 if counted else 0)
+          **({"num_features": 1 if counted else 0} if takes_features else {}))
   computed = {layout.table_name: layout
               for layout in stacker.GetLayouts().tables}
   return {t.name: copy.deepcopy(t.layout) if t.layout else computed[t.name]
