@@ -63,12 +63,21 @@ def test_to_tensorflow_passes_custom_combiners_and_optimizers_through():
                             name="t")
   config = (tfemb.FeatureConfig(table), tfemb.FeatureConfig(table))
   converted, converted_opt = tfemb.to_tensorflow((config, global_opt))
-  assert converted_opt is global_opt
+
+  def passed(converted, given):
+    if tfemb.CustomOptimizer is tf_emb.CustomOptimizer:
+      return converted is given  # TensorFlow's own class: as it is
+    # 2.18 to 2.20: tfemb's copy of 2.21's becomes TensorFlow's.
+    return (type(converted) is tf_emb.CustomOptimizer and
+            converted.custom_computation is given.custom_computation and
+            converted._slot_names() == given._slot_names())  # pylint: disable=protected-access
+
+  assert passed(converted_opt, global_opt)
   assert converted[0].table is converted[1].table
   assert isinstance(converted[0].table, tf_emb.TableConfig)
   assert converted[0].table.combiner is combiner
-  assert converted[0].table.optimizer is own
-  assert tfemb.to_tensorflow(own) is own
+  assert passed(converted[0].table.optimizer, own)
+  assert passed(tfemb.to_tensorflow(own), own)
 
 
 def test_is_custom_knows_custom_optimizers_only():
