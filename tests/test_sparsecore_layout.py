@@ -187,6 +187,9 @@ def test_given_layouts_are_kept():
   assert ours(config, 2).embedding_layouts() == expected
 
 
+# The reference, TensorFlow's own checkpoint adapter, reshards as 2.21's
+# from 2.19 ("Changing topology is not implemented yet" before).
+@pytest.mark.requires_tensorflow("2.19")
 @pytest.mark.parametrize("partitions", [1, 2, 4])
 def test_to_stacked_is_the_adapters(partitions):
   stacking = ours(feature_config(tfemb), partitions)
@@ -249,6 +252,9 @@ class TPUEmbeddingV2(trackable_base.Trackable):
     return variable
 
 
+# The reference, TensorFlow's own checkpoint adapter, reshards as 2.21's
+# from 2.19 ("Changing topology is not implemented yet" before).
+@pytest.mark.requires_tensorflow("2.19")
 @pytest.mark.parametrize("partitions", [1, 2, 4])
 def test_adapter_restores_an_unstacked_checkpoint_as_to_stacked(
     partitions, tmp_path):
@@ -297,6 +303,9 @@ def test_tensorflow_serving_reads_a_stacked_checkpoint(partitions, tmp_path):
     np.testing.assert_array_equal(got[name], array)
 
 
+# The reference, TensorFlow's own checkpoint adapter, reshards as 2.21's
+# from 2.19 ("Changing topology is not implemented yet" before).
+@pytest.mark.requires_tensorflow("2.19")
 @pytest.mark.parametrize("partitions", [1, 2, 4])
 def test_adapter_reshards_to_another_partition_count_as_to_stacked(
     partitions, tmp_path):
