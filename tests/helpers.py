@@ -1,4 +1,5 @@
-"""Builders shared by the tests: Python lists of ids -> TensorFlow inputs."""
+"""Builders shared by the tests: Python lists of ids -> TensorFlow inputs,
+and a `CustomOptimizer`'s computation."""
 
 import numpy as np
 import tensorflow as tf
@@ -44,3 +45,13 @@ def needs_checkpoint_adapters(test):
       "tensorflow.python.checkpoint.checkpoint_adapter") is None
   return pytest.mark.skipif(
       missing, reason="this TensorFlow has no checkpoint adapters")(test)
+
+
+def adagrad_like(gradient, embedding_table, slot_variables, learning_rate,
+                 hyperparameters):
+  """A `CustomOptimizer`'s computation: Adagrad with its learning rate
+  scaled by the one hyperparameter (slot: the accumulator)."""
+  (scale,) = hyperparameters
+  accumulator = slot_variables[0] + gradient * gradient
+  return (embedding_table - scale * learning_rate * gradient /
+          tf.sqrt(accumulator), accumulator)

@@ -270,14 +270,6 @@ def _sgd_like(gradient, embedding_table, slot_variables, learning_rate,
   return embedding_table - learning_rate * gradient
 
 
-def _adagrad_like(gradient, embedding_table, slot_variables, learning_rate,
-                  hyperparameters):
-  (scale,) = hyperparameters
-  accumulator = slot_variables[0] + gradient * gradient
-  return (embedding_table - scale * learning_rate * gradient /
-          tf.sqrt(accumulator), accumulator)
-
-
 def _row_norm_slot(gradient, embedding_table, slot_variables, learning_rate,
                    hyperparameters):
   del hyperparameters
@@ -326,7 +318,7 @@ def test_a_custom_sgd_matches_numpy_with_a_dynamic_learning_rate():
 def test_a_custom_adagrad_with_hyperparameters_matches_numpy():
   scale = tf.Variable(2.0)
   embedding, w = _one_table(tfemb.CustomOptimizer(
-      _adagrad_like, learning_rate=0.1, slot_names=["acc"],
+      helpers.adagrad_like, learning_rate=0.1, slot_names=["acc"],
       slot_initializers=[tf.constant_initializer(0.5)],
       hyperparameters=[lambda: scale]))
   coef = np.array([[1, 2, 3, 4], [1, 1, 1, 1], [0.5, 0, 0, -1]], np.float32)

@@ -154,14 +154,6 @@ def ftrl_constants(opt) -> Dict[str, float]:
               opt.multiply_linear_by_learning_rate)}
 
 
-def learning_rate(opt) -> tf.Tensor:
-  """The learning rate for this step (a callable is called every step)."""
-  lr = opt.learning_rate
-  if callable(lr):
-    lr = lr()
-  return tf.cast(lr, tf.float32)
-
-
 def divides_by_learning_rate(opt) -> bool:
   """Whether the rule divides by `lr` (FTRL without
   `multiply_linear_by_learning_rate`): its rate must then be > 0."""
@@ -175,17 +167,25 @@ def checked_learning_rate(table) -> Tuple[tf.Tensor, List[tf.Operation]]:
   divides by it. A rate whose shape is known not to be a scalar, or a
   Python number that fails them, raises a ValueError here."""
   opt = table.optimizer
-  lr = learning_rate(opt)
-  what = "finite and > 0" if divides_by_learning_rate(opt) else "finite"
-  message = (f"Table {table.name!r}: the learning rate must be a {what} "
-             "float scalar")
+  return checked_rate(opt.learning_rate, f"Table {table.name!r}: the learning "
+                      "rate", divides_by_learning_rate(opt))
+
+
+def checked_rate(rate, what: str, positive: bool = False
+                 ) -> Tuple[tf.Tensor, List[tf.Operation]]:
+  """`rate` (a number, a tensor, or a callable, called here) for this step,
+  a float32 scalar, and the checks it must pass before any write: finite,
+  and > 0 if `positive`; `what` names it in the error."""
+  value = rate() if callable(rate) else rate
+  lr = tf.cast(value, tf.float32)
+  kind = "finite and > 0" if positive else "finite"
+  message = f"{what} must be a {kind} float scalar"
   if lr.shape.rank is not None and lr.shape.num_elements() != 1:
     raise ValueError(f"{message}, got shape {lr.shape}.")
-  if isinstance(opt.learning_rate, (int, float, np.number)):  # no op/step
-    value = float(np.float32(opt.learning_rate))  # as the step uses it
-    if not np.isfinite(value) or (divides_by_learning_rate(opt) and
-                                  value <= 0):
-      raise ValueError(f"{message}, got {value}.")
+  if isinstance(rate, (int, float, np.number)):  # no op/step
+    number = float(np.float32(rate))  # as the step uses it
+    if not np.isfinite(number) or (positive and number <= 0):
+      raise ValueError(f"{message}, got {number}.")
     return tf.reshape(lr, []), []
   checks = []
   if lr.shape.rank is None:
@@ -193,7 +193,7 @@ def checked_learning_rate(table) -> Tuple[tf.Tensor, List[tf.Operation]]:
                                     data=[message + "."]))
   lr = tf.reshape(lr, [])
   ok = tf.math.is_finite(lr)
-  if divides_by_learning_rate(opt):
+  if positive:
     ok = tf.logical_and(ok, lr > 0)
   checks.append(tf.raw_ops.Assert(condition=ok, data=[message + "."]))
   return lr, checks

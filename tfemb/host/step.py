@@ -10,7 +10,7 @@ table and slot as it was (docs/numerics.md, "Errors").
 
 import contextlib
 import traceback
-from typing import Any, Dict, List, NamedTuple, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Sequence
 
 from absl import logging
 import tensorflow as tf
@@ -31,6 +31,14 @@ class Batch(NamedTuple):
   lookups: Dict[int, inputs.Lookup]  # by flat feature index
   tables: Dict[int, Any]  # by table index: (path, the path's batch)
   checks: List[Any]  # every input check; updates wait for them
+
+
+class Update(NamedTuple):
+  """An update of a step beside its tables' (a `CustomCombiner`'s weights),
+  all or nothing with theirs."""
+  name: str  # the table named in its errors
+  checks: List[Any]  # what every write of the step waits for
+  prepare: Callable[[], table_paths.Pending]  # called under the step's lock
 
 
 def gather(config: resolution.Resolved, paths: Sequence[Any],
@@ -135,9 +143,10 @@ def _entry_gradients(config, table_batch, batch: Batch, flat_grads):
 
 
 def apply(config: resolution.Resolved, batch: Batch, flat_grads,
-          policy: "NonFinitePolicy") -> None:
-  """Row gradients per table, then every table's update, then the step of
-  the learning rates that count steps; all or nothing under `policy`.
+          policy: "NonFinitePolicy", more: Sequence[Update] = ()) -> None:
+  """Row gradients per table, then every table's update and `more`, then
+  the step of the learning rates that count steps; all or nothing under
+  `policy`.
 
   Every check (inputs, gradients, learning rates) and every table's new
   rows and slots come before the first write; the updates are read,
@@ -170,6 +179,7 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
     lr, lr_checks = update_rules.checked_learning_rate(path.table)
     rates.append(lr)
     checks += lr_checks
+  checks += [c for u in more for c in u.checks]
   counting = resolution.counting_learning_rates(config.tables)
 
   def update():
@@ -177,8 +187,10 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
       pending = [
           path.prepare(table_batch, ids, grads, lr, multi_replica)
           for (path, table_batch, ids, grads), lr in zip(updates, rates)]
+      pending += [u.prepare() for u in more]
     value_checks = policy.checks(
-        [p.finite for p in pending], [u[0].table.name for u in updates])
+        [p.finite for p in pending],
+        [u[0].table.name for u in updates] + [u.name for u in more])
 
     def write():
       with tf.control_dependencies(value_checks):

@@ -29,8 +29,7 @@ A path's methods, in step order:
   are the global batch's, not this batch's), computed from the rows as
   they are now (under the step's lock, `step.NonFinitePolicy.serialized`):
   whether the new rows and slots are finite, and the function that writes
-  them. A path with an `update(batch, ids, grads, global_batch)` of its own
-  (`tfemb.sparsecore.custom`) computes as it writes instead.
+  them (`tfemb.sparsecore.custom` too, for a `CustomOptimizer`).
 """
 
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
@@ -57,9 +56,8 @@ class Pending(NamedTuple):
   """A table's update, computed but not written."""
   finite: tf.Tensor  # every new value of the table and its slots is finite
   write: Callable[[], Any]  # writes it
-  # A path that computes as it writes (`update(batch, ids, grads,
-  # global_batch)`, as `tfemb.sparsecore.custom` has it): written first, so
-  # that an error in its computation leaves the other tables unwritten.
+  # Written before the others: a write that may still fail (one that
+  # computes as it writes), whose error then leaves the others unwritten.
   early: bool = False
 
 
@@ -151,10 +149,6 @@ class OpsTable(_Path):
 
   def prepare(self, batch: OpsBatch, ids, grads, lr,
               global_batch: bool) -> Pending:
-    update = getattr(self, "update", None)
-    if update is not None:
-      return Pending(tf.constant(True),
-                     lambda: update(batch, ids, grads, global_batch), True)
     # The rows are read again here, not taken from the lookup: a concurrent
     # step may have written them since (each step's update reads, computes
     # and writes under one lock).

@@ -170,51 +170,32 @@ class TableStore:
     slots["parameters"] = parameters
     return slots
 
+  @property
+  def shapes(self) -> Dict[str, Tuple[int, ...]]:
+    """The shape of every table's and slot's variable, by checkpoint name."""
+    return {n: s for t in self._tables for n, s in _shapes(t).items()}
+
   def check_checkpoint(self, path: str) -> None:
     """Refuses, before anything is restored, a checkpoint whose embedding
     object holds a table or slot this configuration does not have, or one
     of another shape (TensorFlow asks the engine for its
-    `_checkpoint_adapter(path)` before it restores or defers any child).
+    `_checkpoint_adapter(path)` before it restores or defers any child)."""
+    check_checkpoint_nodes(path, {t.name for t in self._tables},
+                           self.check_checkpoint_node)
 
-    The engine's own node in the checkpoint is one whose children are named
-    after its tables; when several nodes look so and one of them fits,
-    nothing is refused here (the children are still checked one by one).
-    """
-    graph = trackable_object_graph_pb2.TrackableObjectGraph()
-    try:
-      reader = tf.train.load_checkpoint(path)
-      graph.ParseFromString(reader.get_tensor(_OBJECT_GRAPH_KEY))
-    except (tf.errors.OpError, ValueError, TypeError):
-      return  # no object graph to read: the children are checked one by one
-    keys = reader.get_variable_to_shape_map()
-    shapes = {n: s for t in self._tables for n, s in _shapes(t).items()}
-    tables = {t.name for t in self._tables}
-    errors = []
-    for node in graph.nodes:
-      children = [(c.local_name, graph.nodes[c.node_id]) for c in node.children
-                   if not c.local_name.startswith("_")]
-      if not any(name in tables and _value_key(child)
-                 for name, child in children):
-        continue  # not an embedding object of these tables
-      try:
-        for name, child in children:
-          self._check_child(name, _value_key(child), keys, shapes)
-      except ValueError as e:
-        errors.append(e)
-      else:
-        return  # a node that fits
-    if errors:
-      raise errors[0]
-
-  def _check_child(self, name, key, keys, shapes) -> None:
-    if name not in shapes:
-      self.check_checkpoint_child(name)  # raises: not a table or slot here
-    held = tuple(keys.get(key, shapes[name]))
-    if held != shapes[name]:
-      raise ValueError(
-          f"Table {name.partition('/')[0]!r} ({name}): expected shape "
-          f"{shapes[name]} (vocabulary_size, dim); the checkpoint being "
-          f"restored holds {held}. Nothing was restored.")
+  def check_checkpoint_node(self, children: Dict[str, Any]) -> None:
+    """Refuses an embedding object's checkpoint children (`{name: shape
+    held}`, as `check_checkpoint_nodes` gives them) that are not this
+    configuration's tables and slots, or of another shape."""
+    shapes = self.shapes
+    for name, held in children.items():
+      if name not in shapes:
+        self.check_checkpoint_child(name)  # raises: not a table or slot here
+      if held is not None and held != shapes[name]:
+        raise ValueError(
+            f"Table {name.partition('/')[0]!r} ({name}): expected shape "
+            f"{shapes[name]} (vocabulary_size, dim); the checkpoint being "
+            f"restored holds {held}. Nothing was restored.")
 
   def check_checkpoint_child(self, name: str) -> None:
     """Refuses a checkpoint child this configuration does not have: the
@@ -232,6 +213,42 @@ class TableStore:
           f"The checkpoint holds slot {slot!r} of table {table!r}, but this "
           f"TPUEmbedding trains the table with {type(opt).__name__} (slots "
           f"{slots[table]}): it was saved with another optimizer.")
+
+
+def check_checkpoint_nodes(path: str, names, check_node) -> None:
+  """Refuses a checkpoint before anything of it is restored: `check_node(
+  children)` raises a ValueError for an embedding object's children it
+  refuses, `{local name: the shape its value holds, None where it holds
+  none}`.
+
+  The engine's own node in the checkpoint is one with a child holding a
+  value named in `names`; when several look so and one of them fits,
+  nothing is refused here (the children are still checked one by one as
+  they are restored). A checkpoint without an object graph is not checked
+  here either.
+  """
+  graph = trackable_object_graph_pb2.TrackableObjectGraph()
+  try:
+    reader = tf.train.load_checkpoint(path)
+    graph.ParseFromString(reader.get_tensor(_OBJECT_GRAPH_KEY))
+  except (tf.errors.OpError, ValueError, TypeError):
+    return
+  shapes = reader.get_variable_to_shape_map()
+  errors = []
+  for node in graph.nodes:
+    children = {c.local_name: _value_key(graph.nodes[c.node_id])
+                for c in node.children if not c.local_name.startswith("_")}
+    if not any(name in names and key for name, key in children.items()):
+      continue  # not an embedding object of these tables
+    try:
+      check_node({name: tuple(shapes[key]) if key in shapes else None
+                  for name, key in children.items()})
+    except ValueError as e:
+      errors.append(e)
+    else:
+      return  # a node that fits
+  if errors:
+    raise errors[0]
 
 
 def _value_key(node) -> Optional[str]:

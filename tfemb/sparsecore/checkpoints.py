@@ -98,6 +98,47 @@ class _Restack(checkpoint_adapter.ReshardCallback):
       keys.append(key)
     return keys, [""] * len(keys)
 
+  def check(self, children: Dict[str, Optional[Sequence[int]]],
+            shape: Sequence[int]) -> None:
+    """Refuses, before anything is restored, a checkpoint whose embedding
+    object's `children` (`{name: shape held}`) hold some of this variable's
+    sources but not all, or a table of another shape than this variable's
+    (of `shape`) holds."""
+    present = [s for s in self._sources if s in children]
+    if not present:
+      return  # not restored: a slot the checkpoint does not have
+    missing = [s for s in self._sources if s not in children]
+    if missing:
+      raise ValueError(
+          f"Stacked table {self._target!r} needs {missing[0]!r} from the "
+          f"checkpoint, which does not hold it (it holds {present[0]!r}): it "
+          "was saved with another configuration or optimizer. Nothing was "
+          "restored.")
+    rank = len(shape)
+    suffix = "/" + self._slot if self._slot else ""
+    if self._source_layouts is None:
+      held = {l.table_name: children[l.table_name + suffix]
+              for l in self._target_layouts}
+    else:
+      held = {}
+      for source in self._sources:
+        for layout in self._source_layouts[source.partition("/")[0]]:
+          stacked = _stacked_shape(layout, rank)
+          if children[source] not in (None, tuple(stacked)):
+            raise ValueError(
+                f"The checkpoint's stacked table {source!r} holds shape "
+                f"{list(children[source])}; its layouts say {stacked}. "
+                "Nothing was restored.")
+          held[layout.table_name] = tuple(layout.unsharded_shape[:rank])
+    for layout in self._target_layouts:
+      expected = tuple(layout.unsharded_shape[:rank])
+      got = held[layout.table_name]
+      if got is not None and tuple(got) != expected:
+        raise ValueError(
+            f"Table {layout.table_name!r}{suffix}: expected shape "
+            f"{list(expected)} (vocabulary_size, dim); the checkpoint holds "
+            f"{list(got)}. Nothing was restored.")
+
   def _tables(self, values: Sequence[tf.Tensor]) -> Dict[str, tf.Tensor]:
     """The checkpoint's values as unstacked tables, by table name."""
     if self._source_layouts is None:
@@ -117,10 +158,7 @@ class _Restack(checkpoint_adapter.ReshardCallback):
     if not isinstance(values, (list, tuple)):
       values = [values]
     tables = self._tables(values)
-    first = self._target_layouts[0]
-    rows = first.total_rows_per_sparse_core_shard * first.num_sparse_cores
-    shape = [rows] if values[0].shape.rank == 1 else (
-        [rows, first.unsharded_padded_shape[1]])
+    shape = _stacked_shape(self._target_layouts[0], values[0].shape.rank)
     # Padding rows and columns as a new object has them: zero parameters, a
     # slot's initial value (an Adagrad accumulator of 0 would turn the
     # padding columns of a touched row into NaN).
@@ -146,6 +184,13 @@ class _Restack(checkpoint_adapter.ReshardCallback):
       begin, size = zip(*(map(int, o.split(",")) for o in offsets))
       stacked = tf.slice(stacked, begin, size)
     return stacked
+
+
+def _stacked_shape(layout: _Layout, rank: int) -> List[int]:
+  """The shape of the stacked variable (rank 2) or 1-D slot (rank 1) that
+  holds `layout`'s table."""
+  rows = layout.total_rows_per_sparse_core_shard * layout.num_sparse_cores
+  return [rows] if rank == 1 else [rows, layout.unsharded_padded_shape[1]]
 
 
 def layout_rows(layout: _Layout, rows: int) -> tf.Tensor:
@@ -231,6 +276,29 @@ class Adapter(checkpoint_adapter.AbstractCheckpointAdapter):
 
   def get_reshard_callback(self, name: str):
     return self._callbacks.get(name)
+
+  @property
+  def names(self) -> frozenset:
+    """The checkpoint children it restores from, and the stacked
+    variables' own names."""
+    return frozenset(self._known)
+
+  def check_node(self, children: Dict[str, Optional[Sequence[int]]],
+                 shapes: Dict[str, Sequence[int]]) -> None:
+    """Refuses, before anything is restored, the checkpoint's embedding
+    object whose `children` (`{name: shape held}`) this configuration
+    cannot restore whole: a table or slot it does not have, a stacked
+    variable some of whose tables it holds but not all, or a table of
+    another shape. `shapes`: the stacked variables', by name."""
+    for name in children:
+      self.check_child(name)
+    if self._saved is not None:
+      for name, layout in sorted(self._saved.items()):
+        if (name not in self._stacking.tables and
+            layout.stacked_table_name in children):
+          self.check_child(name)  # raises: not a table here
+    for callback in self._callbacks.values():
+      callback.check(children, shapes[callback.object_name()])
 
   def check_child(self, name: str) -> None:
     """Refuses a checkpoint child this configuration cannot restore (the

@@ -7,7 +7,8 @@ example's valency), and the activation is `combiner_computation(valency,
 vectors[, weights])`, vectorized over the batch (`tf.vectorized_map`). The
 gradient flows back through the computation to each kept id's row and,
 with `num_weights > 0`, to the combiner's weights, which SGD trains at
-`combiner_weights_learning_rate` (the slot `custom_combiner_variables`).
+`combiner_weights_learning_rate` (the slot `custom_combiner_variables`)
+within the step: all or nothing with the tables' updates.
 """
 
 from typing import Any, NamedTuple, Optional
@@ -15,6 +16,10 @@ from typing import Any, NamedTuple, Optional
 import tensorflow as tf
 
 from tfemb import inputs
+from tfemb import update_rules
+from tfemb import validation
+from tfemb.host import step
+from tfemb.host import tables as table_paths
 from tfemb.sparsecore_configs import CustomCombiner
 
 SLOT = "custom_combiner_variables"
@@ -107,3 +112,21 @@ def backward(combiner, kept: Kept, rows, weights, grad):
     return row_grads, (tf.zeros_like(value) if grads[1] is None else
                        tf.convert_to_tensor(grads[1]))
   return row_grads, None
+
+
+def weights_update(table, weights: tf.Variable, grad) -> step.Update:
+  """SGD on the combiner's `weights` with their summed gradient `grad`, as
+  an update of the step: its learning rate checked before any write (a
+  finite float scalar), the new weights computed under the step's lock
+  from their value then, and written only with the rest of the step."""
+  lr, checks = update_rules.checked_rate(
+      table.combiner.combiner_weights_learning_rate,
+      f"Table {table.name!r}: the CustomCombiner's "
+      "combiner_weights_learning_rate")
+
+  def prepare():
+    new = weights.read_value() - lr * grad
+    return table_paths.Pending(validation.all_finite(new),
+                               lambda: weights.assign(new))
+
+  return step.Update(table.name, checks, prepare)

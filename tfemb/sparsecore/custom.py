@@ -17,6 +17,8 @@ from absl import logging
 import tensorflow as tf
 
 from tfemb import optimizers
+from tfemb import validation
+from tfemb.host import step
 from tfemb.host import tables as table_paths
 from tfemb.host.variables import gather_rows
 
@@ -67,18 +69,41 @@ class CustomTable(table_paths.OpsTable):
   """A table trained by a `CustomOptimizer`: its `custom_computation(
   gradient, embedding_table, slot_variables, learning_rate,
   hyperparameters)` on the rows the step touched, each slot's rows beside
-  them (a 1-D slot: one value per row), the learning rate and the
-  hyperparameters read at every step (callables are called)."""
+  them (a 1-D slot: one value per row), the step's checked learning rate
+  and the hyperparameters (callables are called once per step).
 
-  def update(self, batch, ids, grads, global_batch: bool):
+  As every path's `prepare`, it computes under the step's lock from the
+  rows as they are now and writes nothing: the step writes the new rows
+  and slots once every table's are computed and finite. In a graph, the
+  check of their values waits for every op of the computation, so that a
+  failing assert in it stops the step before any write."""
+
+  def prepare(self, batch, ids, grads, lr,
+              global_batch: bool) -> table_paths.Pending:
+    del batch, global_batch  # the rows are read again, under the lock
+    names = self.table.optimizer._slot_names()  # pylint: disable=protected-access
+    computed = []
+    created = step._created_by(  # pylint: disable=protected-access
+        lambda: computed.extend(self._compute(names, ids, grads, lr)))
+    finite = tf.reduce_all([validation.all_finite(v) for v in computed])
+    with tf.control_dependencies(created):
+      finite = tf.identity(finite)
+
+    def write():
+      for name, value in zip(names, computed[1:]):
+        self.variables[name].scatter_update(tf.IndexedSlices(value, ids))
+      self.variables["parameters"].scatter_update(
+          tf.IndexedSlices(computed[0], ids))
+
+    return table_paths.Pending(finite, write)
+
+  def _compute(self, names, ids, grads, lr) -> List[tf.Tensor]:
+    """The new rows and slots of rows `ids`, checked against the rows'."""
     opt = self.table.optimizer
-    names = opt._slot_names()  # pylint: disable=protected-access
-    rows = (batch.rows if not global_batch else
-            gather_rows(self.variables["parameters"], ids))
+    rows = gather_rows(self.variables["parameters"], ids)
     slots = [gather_rows(self.variables[n], ids) for n in names]
     result = opt.custom_computation(
-        grads, rows, slots, value_now(opt.learning_rate),
-        [value_now(h) for h in opt.hyperparameters])
+        grads, rows, slots, lr, [value_now(h) for h in opt.hyperparameters])
     result = list(result) if isinstance(result, (list, tuple)) else [result]
     expected = [rows] + slots
     if len(result) != len(expected):
@@ -96,10 +121,7 @@ class CustomTable(table_paths.OpsTable):
             f"{got.dtype.name} {got.shape} for {what}; expected "
             f"{want.dtype.name} {want.shape}.")
       checked.append(got)
-    for name, value in zip(names, checked[1:]):
-      self.variables[name].scatter_update(tf.IndexedSlices(value, ids))
-    self.variables["parameters"].scatter_update(
-        tf.IndexedSlices(checked[0], ids))
+    return checked
 
 
 def training_path(table, variables, partitioned: bool, options, remap):

@@ -195,23 +195,59 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     return self._stacking.embedding_layouts()
 
   def _checkpoint_adapter(self, path):
-    """Rearranges a checkpoint of unstacked tables or of another layout
-    into the stacked variables as they are created
-    (`tfemb.sparsecore.checkpoints`)."""
+    """Refuses, before anything of it is restored or deferred, a
+    checkpoint this object cannot restore whole (a restore is all or
+    nothing); returns what rearranges a checkpoint of unstacked tables or
+    of another layout into the stacked variables as they are created
+    (`tfemb.sparsecore.checkpoints`), None for one of this layout."""
     slots = {t.name: dict(zip(t.optimizer._slot_names(),  # pylint: disable=protected-access
                               t.optimizer._slot_initializers()))  # pylint: disable=protected-access
              if t.optimizer else {} for t in self._table_config}
     # TensorFlow's checkpoint adapters (2.17 on) call this; older ones never.
     from tfemb.sparsecore import checkpoints  # pylint: disable=g-import-not-at-top
     adapter = checkpoints.Adapter(path, self._stacking, slots)
-    self._adapter = adapter if adapter.needed else None
-    if self._adapter is not None and self._built:
+    if not adapter.needed:
+      adapter = None
+    elif self._built:
       raise ValueError(
           f"The checkpoint {path!r} holds the tables unstacked or stacked "
           "for another SparseCore layout; this TPUEmbeddingV2 can rearrange "
           "them only as it creates its tables: restore it before the first "
           "lookup or build().")
-    return self._adapter
+    if adapter is None:
+      names, check = self._stacking.stacked_tables, (
+          self._store.check_checkpoint_node)
+    else:
+      names, check = adapter.names, functools.partial(
+          adapter.check_node, shapes=self._store.shapes)
+    variables_lib.check_checkpoint_nodes(
+        path, names, functools.partial(self._check_checkpoint_node, check))
+    self._adapter = adapter
+    return adapter
+
+  def _check_checkpoint_node(self, check, children) -> None:
+    """Refuses CustomCombiner weights this object does not have, or not
+    as many; `check` refuses the other children (`{name: shape held}`)."""
+    weights = {f"{t.name}/{combiner_lib.SLOT}": (t.combiner.num_weights,)
+               for t in self._config.tables
+               if combiner_lib.is_custom(t.combiner) and
+               t.combiner.num_weights > 0}
+    for name, held in children.items():
+      if not name.endswith("/" + combiner_lib.SLOT):
+        continue
+      table = name.rpartition("/")[0]
+      if name not in weights:
+        raise ValueError(
+            f"The checkpoint holds CustomCombiner weights of table {table!r}, "
+            "which has none here: it was saved with another configuration. "
+            "Nothing was restored.")
+      if held is not None and held != weights[name]:
+        raise ValueError(
+            f"Table {table!r}: expected {weights[name][0]} CustomCombiner "
+            f"weights; the checkpoint holds shape {list(held)}. Nothing was "
+            "restored.")
+    check({name: held for name, held in children.items()
+           if not name.endswith("/" + combiner_lib.SLOT)})
 
   def _lookup_dependency(self, name, cached_dependencies=None):
     found = super()._lookup_dependency(name, cached_dependencies)
@@ -337,17 +373,18 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
       extra = stacked.table.dim - feature.table.dim
       padded.append(grad if grad is None or not extra else tf.pad(
           grad, [[0, 0]] * (grad.shape.rank - 1) + [[0, extra]]))
-    preserved_outputs.applied.append(True)
-    step.apply(self._stacked, preserved_outputs.batch, padded, self._policy)
     context = tf.distribute.get_replica_context()
-    with tf.control_dependencies(preserved_outputs.batch.checks):
-      for table, weight_grad in combiner_updates:
-        if context is not None and context.num_replicas_in_sync > 1:
-          weight_grad = context.all_reduce("sum", weight_grad)
-        weights = self._combiner_weights(table)
-        weights.assign_sub(
-            custom.value_now(table.combiner.combiner_weights_learning_rate) *
-            weight_grad)
+    more = []
+    for table, weight_grad in combiner_updates:
+      # Summed outside the step's lock, which one replica may hold while
+      # another waits for it here.
+      if context is not None and context.num_replicas_in_sync > 1:
+        weight_grad = context.all_reduce("sum", weight_grad)
+      more.append(combiner_lib.weights_update(
+          table, self._combiner_weights(table), weight_grad))
+    preserved_outputs.applied.append(True)
+    step.apply(self._stacked, preserved_outputs.batch, padded, self._policy,
+               more)
 
   # --- the SparseCore's limits ------------------------------------------------
 
@@ -380,6 +417,12 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
   @non_finite_gradients.setter
   def non_finite_gradients(self, policy: str):
     self._policy.mode = policy
+
+  @property
+  def skipped_steps(self) -> int:
+    """Steps skipped for non-finite gradients or updates (policy
+    "skip")."""
+    return self._policy.skipped_steps
 
 
 def _tpu_engine(feature_config, optimizer=None,
