@@ -128,6 +128,19 @@ def test_lookup_and_one_training_step(name, in_model, combiner):
                              rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", list(CASES))
+def test_shapes_are_those_of_tfrs_layer_off_the_tpu(name):
+  """tfrs' layer off the TPU returns `TPUEmbeddingForServing`'s lookup."""
+  api = tf.tpu.experimental.embedding
+  table = api.TableConfig(VOCAB, DIM, name="t")
+  serving = api.TPUEmbeddingForServing({"f": api.FeatureConfig(table)},
+                                       api.SGD(LR))
+  ids, weights = CASES[name][:2]
+  theirs = serving({"f": ids}, None if weights is None else {"f": weights})
+  layer, _ = make_layer("mean")
+  assert call(layer, name).shape == theirs["f"].shape
+
+
 @pytest.mark.parametrize("name", ["scalar_id", "sparse_rank1",
                                   "dense_two_ids_per_example"])
 def test_inside_a_tf_function(name):
