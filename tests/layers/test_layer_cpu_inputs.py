@@ -128,6 +128,24 @@ def test_lookup_and_one_training_step(name, in_model, combiner):
                              rtol=1e-5, atol=1e-6)
 
 
+def test_model_fit_with_two_ids_per_example():
+  """`Input(shape=(2,))` ids: `[batch, 2, dim]` activations, trained by
+  `fit` with the embedding optimizer."""
+  name = "dense_two_ids_per_example"
+  layer, table = make_layer("sum")
+  model = keras_model(layer, name)
+  grad = np.random.default_rng(2).normal(size=(2, 2, DIM)).astype(np.float32)
+  out = keras.layers.Lambda(lambda a: tf.reduce_sum(a * grad, [1, 2]))(
+      model.output)
+  model = keras.Model(model.input, out)
+  model.compile(optimizer="sgd", loss=lambda y, p: tf.reduce_sum(p))
+  model.fit(CASES[name][0], np.zeros((2,), np.float32), batch_size=2,
+            epochs=1, verbose=0)
+  np.testing.assert_allclose(layer.embedding_tables[table].numpy(),
+                             expected_table(name, "sum", grad),
+                             rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_shapes_are_those_of_tfrs_layer_off_the_tpu(name):
   """tfrs' layer off the TPU returns `TPUEmbeddingForServing`'s lookup."""
