@@ -46,8 +46,13 @@ def input_shape_error(path, x, serving=False) -> Optional[str]:
   dense ids of any shape (a scalar included), one id per entry, and sparse
   ids of rank 1 (all combined into one activation) and above.
   """
-  shape = x.shape
-  kind = shapes.kind_of(x)
+  return shape_error(path, tf.TensorShape(x.shape), shapes.kind_of(x),
+                     serving)
+
+
+def shape_error(path, shape: tf.TensorShape, kind: str,
+                serving=False) -> Optional[str]:
+  """`input_shape_error` for an input of this static shape and kind."""
   if kind == "dense":
     if not serving and shape.rank is not None and shape.rank < 1:
       return (f"Only rank 1 and above dense tensor is supported, find rank "
@@ -65,6 +70,17 @@ def input_shape_error(path, x, serving=False) -> Optional[str]:
     return (f"Only rank 2 ragged tensor is supported, find rank {shape.rank} "
             f"ragged tensor for input {path}")
   return None
+
+
+def serving_only(shape: tf.TensorShape, kind: str) -> bool:
+  """True for an input that the TPU's rules refuse and TensorFlow's serving
+  class takes: a scalar id, dense ids whose last dimension is known and not
+  1, a rank-1 SparseTensor. The Keras layer off the TPU looks these up with
+  the serving class's rules, as tensorflow-recommenders' layer (which looks
+  up with that class there) does; any other input keeps the TPU's rules."""
+  shape = tf.TensorShape(shape)
+  return (shape_error("", shape, kind) is not None and
+          shape_error("", shape, kind, serving=True) is None)
 
 
 def _combiner_scales(weights, segments, num_segments, combiner):

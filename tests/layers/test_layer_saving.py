@@ -148,8 +148,13 @@ def test_save_weights_and_load_weights(tmp_path):
   fresh, fresh_layer = build_model()
   assert not np.array_equal(state(fresh_layer)["users/parameters"],
                             state(layer)["users/parameters"])
+  # Keras loads an optimizer's state only into a built optimizer (it skips
+  # an unbuilt one's, with a warning).
+  fresh.optimizer.build(fresh.trainable_variables)
   fresh.load_weights(path)
   assert_same_state(state(fresh_layer), state(layer))
+  assert (int(fresh.optimizer.iterations.numpy()) ==
+          int(model.optimizer.iterations.numpy()) == 3)
 
 
 def test_checkpoint_round_trip_and_layout(tmp_path):

@@ -257,18 +257,23 @@ class HostEmbedding(autotrackable.AutoTrackable):
   # --- training -------------------------------------------------------------
 
   @_no_autograph
-  def forward(self, features, weights=None):
+  def forward(self, features, weights=None, serving_fallback=False):
     """Looks up a training batch; returns `(activations, backward)`.
 
     `activations` has the structure of `feature_config` and TF's output
     shapes. `backward(gradients)` applies the embedding optimizer for this
     batch, given the gradient of the loss with respect to `activations`;
     it may be called once. Nothing is stored on the object, so the Keras
-    layer can look up several batches in one step.
+    layer can look up several batches in one step. `serving_fallback`: an
+    input the TPU's rules refuse but TensorFlow's serving class takes
+    (`inputs.serving_only`) follows the serving class's rules and shapes,
+    as in tensorflow-recommenders' layer off the TPU.
     """
-    return self._forward(self._prepare(features, weights))
+    return self._forward(self._prepare(features, weights,
+                                       serving_fallback=serving_fallback))
 
-  def _prepare(self, features, weights, tpu_rules=False) -> step.Batch:
+  def _prepare(self, features, weights, tpu_rules=False,
+               serving_fallback=False) -> step.Batch:
     """Checks the inputs (building on first use) and looks the ids up.
 
     With `tpu_rules` (the TPU protocol's `enqueue`), the shapes follow the
@@ -290,9 +295,13 @@ class HostEmbedding(autotrackable.AutoTrackable):
       incoming = [shapes.from_enqueued(x, f)
                   for x, f in zip(flat, config.features)]
     else:
+      serving = [serving_fallback and
+                 inputs.serving_only(x.shape, shapes.kind_of(x))
+                 for x in flat]
       lookups = feeding.lookups(config, feature_ids, flat, flat_weights,
-                                False)
-      incoming = [shapes.of_input(x, f) for x, f in zip(flat, config.features)]
+                                serving)
+      incoming = [shapes.of_input(x, f, s)
+                  for x, f, s in zip(flat, config.features, serving)]
     self._maybe_build()
     self._fix_shapes(incoming)
     if tpu_rules:

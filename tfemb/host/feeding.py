@@ -5,7 +5,7 @@ A training batch holds every configured feature, in the structure of
 hold any subset of them, matched by path.
 """
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
@@ -55,13 +55,16 @@ def flat_inputs(config: resolution.Resolved, features, weights,
 
 
 def lookups(config: resolution.Resolved, feature_ids: Sequence[int],
-            flat: Sequence[Any], flat_weights: Sequence[Any], serving: bool,
+            flat: Sequence[Any], flat_weights: Sequence[Any],
+            serving: Union[bool, Sequence[bool]],
             fixed_shapes: Optional[Sequence[Any]] = None) -> List[Any]:
-  """One Lookup per input (`fixed_shapes`: the TPU protocol's activation
-  shapes, per feature)."""
+  """One Lookup per input (`serving`: for all inputs or per input;
+  `fixed_shapes`: the TPU protocol's activation shapes, per feature)."""
+  if isinstance(serving, bool):
+    serving = [serving] * len(flat)
   return [
       inputs.to_lookup(config.paths[i], x, w, config.features[i],
-                       serving=serving,
+                       serving=s,
                        fixed_shape=None if fixed_shapes is None else
                        fixed_shapes[i])
-      for i, x, w in zip(feature_ids, flat, flat_weights)]
+      for i, x, w, s in zip(feature_ids, flat, flat_weights, serving)]

@@ -28,6 +28,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 import tensorflow as tf
 
+from tfemb import inputs
 from tfemb import resolution
 from tfemb import shapes
 from tfemb.layers import engines
@@ -227,8 +228,10 @@ class TPUEmbedding(tf.keras.layers.Layer):
                           tf.nest.flatten(self._feature_config)):
       kind = ("ragged" if getattr(x, "ragged", False) else
               "sparse" if getattr(x, "sparse", False) else "dense")
-      shape = shapes.from_lookup_input(tf.TensorShape(x.shape), kind,
-                                         feature)
+      shape = tf.TensorShape(x.shape)
+      serving = (self._engine.serving_fallback and
+                 inputs.serving_only(shape, kind))
+      shape = shapes.from_lookup_input(shape, kind, feature, serving)
       specs.append(tf.keras.KerasTensor(
           shape.concatenate([feature.table.dim]).as_list(), dtype="float32"))
     return tf.nest.pack_sequence_as(self._feature_config, specs)

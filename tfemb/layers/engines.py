@@ -12,7 +12,9 @@ code is the same everywhere. An adapter has:
   `TPUEmbeddingV0`, whose tables are trained by the model's Keras optimizer
   (`trainable_tables()`);
 * `lookup(features, weights, dummy, training)`: the activations, with the
-  training path through `dummy`, the trap weight;
+  training path through `dummy`, the trap weight; `serving_fallback`: True
+  where inputs the TPU refuses but TensorFlow's serving class takes follow
+  that class (`tfemb.inputs.serving_only`), as in tfrs' layer off the TPU;
 * `serving_tables()`: tables by the layer's `TableConfig`s, for
   `serving_embedding_lookup`; `embedding_tables()` / `embedding_variables()`
   by the user's; `saved_variables()` in the order of Keras 3 saving;
@@ -107,6 +109,7 @@ class HostEngine:
   """CPU/GPU: the host engine's `forward()`, trained through the trap."""
 
   trains_in_backward = True
+  serving_fallback = True  # inputs.serving_only: the serving class's rules
 
   def __init__(self, feature_config, optimizer, table_config_map,
                pipeline_execution_with_tensor_core, embedding_feature):
@@ -130,9 +133,13 @@ class HostEngine:
     # As tfrs' layer off the TPU: any batch size. Only `batch_size` or a
     # FeatureConfig's `output_shape` fix the activation shapes, never a
     # call (a fit with one batch size, then a predict with another).
+    # As tfrs' layer off the TPU, which looks up with TensorFlow's serving
+    # class: what only that class takes (a scalar id, a rank-1 SparseTensor)
+    # gets its shapes; the rest, the TPU's.
     fixed = self.engine._output_shapes  # pylint: disable=protected-access
     try:
-      activations, backward = self.engine.forward(features, weights)
+      activations, backward = self.engine.forward(features, weights,
+                                                  serving_fallback=True)
     finally:
       self.engine._output_shapes = fixed  # pylint: disable=protected-access
     return _trapped(self._feature_config, activations, backward, dummy,
@@ -166,6 +173,7 @@ class _TPUEngine:
   tables, which TensorFlow keys by table name."""
 
   trains_in_backward = True
+  serving_fallback = False
 
   def __init__(self, feature_config, optimizer, table_config_map, strategy,
                pipeline_execution_with_tensor_core, embedding_feature,
