@@ -33,6 +33,7 @@ import functools
 import hashlib
 import operator
 import types
+import warnings
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
@@ -168,8 +169,14 @@ def _layouts(tables: Sequence[Any], features: Sequence[Tuple[str, Any]],
           group=_group(table),
           output_samples=_num_samples(first_path, first) if counted else 0,
           **({"num_features": 1 if counted else 0} if takes_features else {}))
-  computed = {layout.table_name: layout
-              for layout in stacker.GetLayouts().tables}
+  with warnings.catch_warnings():
+    # The stacker of TensorFlow 2.17 to 2.20 builds its proto through
+    # protobuf's deprecated MessageFactory (TensorFlow's own call warns
+    # too); the warning is theirs, reported at this line.
+    warnings.filterwarnings("ignore", "MessageFactory class is deprecated",
+                            UserWarning)
+    computed = {layout.table_name: layout
+                for layout in stacker.GetLayouts().tables}
   return {t.name: copy.deepcopy(t.layout) if t.layout else computed[t.name]
           for t in sorted_tables}
 
