@@ -3,10 +3,7 @@ engine: the model is unchanged, the artifact serves any batch size in a
 process that never imports tfemb, with the numpy reference's numbers, and
 holds each table's parameters once (no optimizer slot)."""
 
-import json
 import os
-import subprocess
-import sys
 
 import ml_dtypes
 import numpy as np
@@ -15,46 +12,29 @@ import tensorflow as tf
 
 import helpers
 import reference
+from served import assert_each_table_once
+from served import ITEMS
+from served import only
+from served import ranking_data as data
+from served import ranking_model as build_model
+from served import ranking_predictions
+from served import serve_without_tfemb
+from served import USERS
+from served import variable_bytes
 import tfemb
+import tfemb.export
 import tfemb.layers
 
 keras = tf.keras
 LEGACY = os.environ.get("TF_USE_LEGACY_KERAS", "0").lower() in ("1", "true")
-USERS, ITEMS = (500, 8), (300, 4)  # (vocabulary, dim)
 EXPORTS = ["model.export", "tf.saved_model.save", "export_for_serving"]
-
-
-def build_model():
-  users = tfemb.TableConfig(*USERS, name="users")
-  items = tfemb.TableConfig(*ITEMS, name="items", combiner="mean")
-  layer = tfemb.layers.TPUEmbedding(
-      {"user": tfemb.FeatureConfig(users), "item": tfemb.FeatureConfig(items)},
-      tfemb.Adagrad(0.5))  # slots: an export must leave them out
-  inputs = {"user": keras.Input(shape=(), dtype="int64", name="user"),
-            "item": keras.Input(shape=(1,), dtype="int64", name="item")}
-  act = layer(inputs)
-  out = keras.layers.Dense(1)(keras.layers.Concatenate()([act["user"],
-                                                           act["item"]]))
-  model = keras.Model(inputs, out)
-  model.compile(optimizer="sgd", loss="mse")
-  return model, layer
-
-
-def data(n, seed):
-  rng = np.random.default_rng(seed)
-  x = {"user": rng.integers(0, USERS[0], size=n),
-       "item": rng.integers(0, ITEMS[0], size=(n, 1))}
-  return x, rng.normal(size=(n, 1)).astype(np.float32)
 
 
 def expected(model, layer, x, dtype=np.float32):
   """numpy: the rows (optionally rounded to `dtype`), the dense layer."""
   tables = {t.name: np.asarray(v.numpy()).astype(dtype).astype(np.float32)
             for t, v in layer.embedding_tables.items()}
-  act = np.concatenate([tables["users"][x["user"]],
-                        tables["items"][x["item"][:, 0]]], axis=1)
-  kernel, bias = model.layers[-1].get_weights()
-  return act @ kernel + bias
+  return ranking_predictions(model, tables, x)
 
 
 def trained_model():
@@ -80,83 +60,6 @@ def export(model, how, path, **kwargs):
     tf.saved_model.save(model, path)
   else:
     tfemb.export_for_serving(model, path, **kwargs)
-
-
-_SERVER = r"""
-import importlib.abc, json, sys
-
-class NoTfemb(importlib.abc.MetaPathFinder):
-  def find_spec(self, name, path=None, target=None):
-    if name == "tfemb" or name.startswith("tfemb."):
-      raise ImportError("tfemb is not importable in this process")
-
-sys.meta_path.insert(0, NoTfemb())
-import numpy as np
-import tensorflow as tf
-
-requests = json.load(open(sys.argv[1]))
-out = {}
-for i, (path, features, ragged) in enumerate(requests):
-  loaded = tf.saved_model.load(path)
-  if ragged:  # `serve`: SavedModel signatures take dense tensors only
-    got = loaded.serve({k: tf.ragged.constant(v, tf.int64) if k in ragged
-                        else tf.constant(np.asarray(v, np.int64))
-                        for k, v in features.items()})
-  else:
-    serve = loaded.signatures["serving_default"]
-    names = sorted(serve.structured_input_signature[1])
-    if set(names) != set(features):  # Keras 3's names: the nest order
-      features = dict(zip(names, [features[k] for k in sorted(features)]))
-    got = serve(**{k: tf.constant(np.asarray(v, np.int64))
-                   for k, v in features.items()})
-  if not isinstance(got, dict):
-    got = {"output_0": got}
-  for name, value in got.items():
-    out[f"{i}/{name}"] = value.numpy()
-np.savez(sys.argv[2], **out)
-assert "tfemb" not in sys.modules, "tfemb was imported"
-print("served without tfemb")
-"""
-
-
-def serve_without_tfemb(tmp_path, requests, ragged=()):
-  """Each (SavedModel path, features) served in a process where tfemb
-  cannot be imported: by `serving_default` (its outputs' dict), or with
-  the features named in `ragged` as RaggedTensors, by `serve`."""
-  (tmp_path / "server.py").write_text(_SERVER)
-  (tmp_path / "requests.json").write_text(json.dumps(
-      [(p, {k: [np.asarray(r).tolist() for r in v] if k in ragged else
-            np.asarray(v).tolist()
-            for k, v in f.items()}, list(ragged)) for p, f in requests]))
-  env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-  result = subprocess.run(
-      [sys.executable, "-I", str(tmp_path / "server.py"),
-       str(tmp_path / "requests.json"), str(tmp_path / "served.npz")],
-      cwd=str(tmp_path), env=env, capture_output=True, text=True,
-      timeout=300, check=False)
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert "served without tfemb" in result.stdout
-  served = np.load(tmp_path / "served.npz")
-  outputs = [{} for _ in requests]
-  for key in served.files:
-    i, name = key.split("/", 1)
-    outputs[int(i)][name] = served[key]
-  return outputs
-
-
-def only(outputs):
-  """The single output of each served request."""
-  assert all(len(o) == 1 for o in outputs)
-  return [next(iter(o.values())) for o in outputs]
-
-
-def variable_bytes(path):
-  reader = tf.train.load_checkpoint(os.path.join(path, "variables",
-                                                 "variables"))
-  dtypes = reader.get_variable_to_dtype_map()
-  return {name: int(np.prod(shape)) * dtypes[name].size
-          for name, shape in reader.get_variable_to_shape_map().items()
-          if name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
 
 
 def parameter_bytes(model, layer):
@@ -207,18 +110,9 @@ def test_inference_export_holds_each_table_once_and_no_slot(how, tmp_path):
   model, layer = trained_model()
   path = str(tmp_path / "export")
   export(model, how, path)
-  saved = variable_bytes(path)
-  assert sum(saved.values()) <= 1.05 * parameter_bytes(model, layer), saved
-  reader = tf.train.load_checkpoint(os.path.join(path, "variables",
-                                                 "variables"))
-  tables = {t.name: v.numpy() for t, v in layer.embedding_tables.items()}
-  found = []
-  for name, shape in reader.get_variable_to_shape_map().items():
-    for table, value in tables.items():
-      if list(shape) == list(value.shape):
-        np.testing.assert_array_equal(reader.get_tensor(name), value)
-        found.append(table)
-  assert sorted(found) == ["items", "users"]
+  assert_each_table_once(
+      path, {t.name: v.numpy() for t, v in layer.embedding_tables.items()},
+      model)
 
 
 def test_full_saves_keep_the_slots(tmp_path):
@@ -410,3 +304,33 @@ def test_unbuilt_model_exports_its_initial_tables_given_a_signature(
   got = loaded.serve({"f": tf.constant([3, 0, 3], tf.int64)})
   np.testing.assert_array_equal(
       got.numpy(), layer.embedding_tables[table].numpy()[[3, 0, 3]])
+
+
+def test_the_export_archive_of_this_keras_is_recognized():
+  """Keras calls no hook of a layer when it exports: tfemb recognizes
+  `model.export` by the `ExportArchive` among its callers (by the public
+  methods of `keras.export.ExportArchive`, whose class Keras 3 swaps for a
+  backend's). If Keras changes those, this fails, and `model.export` would
+  write the training storage instead of the inference tables."""
+  archive = keras.export.ExportArchive()
+  assert tfemb.export.is_export_archive(archive), type(archive).__mro__
+  assert not tfemb.export.is_export_archive(keras.Model())
+
+
+def test_an_export_archive_written_by_hand_holds_each_table_once(tmp_path):
+  model, layer = trained_model()
+  archive = keras.export.ExportArchive()
+  archive.track(model)
+  archive.add_endpoint(
+      "serve", lambda x: model(x, training=False),
+      input_signature=[{"user": tf.TensorSpec([None], tf.int64),
+                        "item": tf.TensorSpec([None, 1], tf.int64)}])
+  path = str(tmp_path / "export")
+  archive.write_out(path)
+  saved = variable_bytes(path)
+  assert sum(saved.values()) <= 1.05 * parameter_bytes(model, layer), saved
+  x, _ = data(9, 9)
+  loaded = tf.saved_model.load(path)
+  got = loaded.serve({k: tf.constant(v) for k, v in x.items()})
+  np.testing.assert_allclose(got.numpy(), expected(model, layer, x),
+                             rtol=1e-5, atol=1e-6)

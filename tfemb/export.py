@@ -2,12 +2,14 @@
 
 `export_for_serving(model_or_embedding, path)` writes a SavedModel for
 TF Serving from a Keras model with `tfemb.layers.TPUEmbedding` (Keras 3 or
-tf_keras) or from a host `tfemb.TPUEmbedding`. Keras 3's `model.export`
+tf_keras; either generation, under any non-TPU strategy) or from a host
+`tfemb.TPUEmbedding` or `tfemb.TPUEmbeddingV2`. Keras' `model.export`
 writes the same artifact. Either way:
 
 * every table is one `[vocabulary_size, dim]` variable holding its
   parameters (float32, or bfloat16 when asked); no optimizer slot, no
-  interleaved storage (`tfemb.interleaved_tables`);
+  interleaved storage (`tfemb.interleaved_tables`), no SparseCore stacking
+  (`tfemb.sparsecore.export`), one copy whatever the number of replicas;
 * the serving function looks ids up with TensorFlow's ops (`tf.unique`,
   `tf.gather`, segment sums), with the numbers of `model.predict`, at any
   batch size, so the artifact loads where tfemb is not installed;
@@ -41,6 +43,7 @@ from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-i
 from tfemb.host import feeding
 from tfemb.host import step
 from tfemb.host import tables as table_paths
+from tfemb.sparsecore import export as stacked_export
 
 TABLE_DTYPES = (tf.float32, tf.bfloat16)
 _state = threading.local()
@@ -49,8 +52,9 @@ _state = threading.local()
 class ServingTable(resource_variable_ops.UninitializedVariable):
   """A table's parameters as the export writes them: `[rows, dim]` of
   `dtype`. It allocates nothing here; a SavedModel save reads `source` (the
-  live parameters, a plain variable or an interleaved table's view) when it
-  writes the file, and loads as a plain variable."""
+  live parameters: a plain variable, an interleaved table's view or a
+  stacked table's `UnstackedTable`) when it writes the file, and loads as a
+  plain variable."""
 
   def __init__(self, source: tf.Variable, name: str, dtype: tf.DType):
     super().__init__(shape=source.shape, dtype=dtype, trainable=False,
@@ -61,8 +65,10 @@ class ServingTable(resource_variable_ops.UninitializedVariable):
     source, dtype = self._source, self.dtype
 
     def value():  # read when the save writes, not when it is planned
-      # A view reads its columns without a copy of its storage.
-      saved = getattr(source, "_saved_value", source.read_value)()
+      # A view reads its columns without a copy of its storage; a stacked
+      # table, its rows and columns (`tfemb.sparsecore.export`).
+      read = getattr(source, "_saved_value", None) or source.read_value
+      saved = read()
       return saved if saved.dtype == dtype else tf.cast(saved, dtype)
 
     spec = saveable_object.SaveSpec(value, "", trackable.VARIABLE_VALUE_KEY,
@@ -72,14 +78,18 @@ class ServingTable(resource_variable_ops.UninitializedVariable):
 
 class _ServingPath(table_paths.OpsTable):
   """The direct lookup path, its rows in float32 whatever the table's
-  dtype (a bfloat16 table is combined in float32)."""
+  dtype (a bfloat16 table is combined in float32), and only the table's
+  columns of a stacked variable."""
 
   def feature_rows(self, batch):
-    return super().feature_rows(
-        batch._replace(rows=tf.cast(batch.rows, tf.float32)))
+    rows = tf.cast(batch.rows, tf.float32)
+    if rows.shape[-1] != self.table.dim:
+      rows = rows[:, :self.table.dim]
+    return super().feature_rows(batch._replace(rows=rows))
 
 
-def lookup(config, tables: Dict[str, tf.Variable], features, weights=None):
+def lookup(config, tables: Dict[str, tf.Variable], features, weights=None,
+           remaps=None):
   """The activations of `model.predict`, by TensorFlow's ops.
 
   Args:
@@ -87,11 +97,14 @@ def lookup(config, tables: Dict[str, tf.Variable], features, weights=None):
     tables: the parameters, by table name.
     features: the structure of `feature_config`; any batch size.
     weights: None or per-id weights, as the engine takes them.
+    remaps: None, or by table name where its ids sit in a stacked
+      variable (`tfemb.host.tables.Remap`).
   """
   feature_ids, flat, flat_weights = feeding.flat_inputs(config, features,
                                                         weights, False)
   lookups = feeding.lookups(config, feature_ids, flat, flat_weights, False)
-  paths = [_ServingPath(t, {"parameters": tables[t.name]})
+  remaps = remaps or {}
+  paths = [_ServingPath(t, {"parameters": tables[t.name]}, remaps.get(t.name))
            for t in config.tables]
   batch = step.gather(config, paths, feature_ids, lookups)
   activations = step.activations(config, batch, feature_ids)
@@ -104,11 +117,10 @@ def _check_exportable(engine):
         "The embedding tables do not exist yet, so there is nothing to "
         "export: call the model (or the embedding) on one batch, or fit or "
         "restore it, before exporting.")
-  for table, variable in zip(engine._config.tables,  # pylint: disable=protected-access
-                             _parameters(engine).values()):
-    if isinstance(variable, sharded_variable.ShardedVariable):
+  for name, variables in engine._variables.items():  # pylint: disable=protected-access
+    if isinstance(variables["parameters"], sharded_variable.ShardedVariable):
       raise ValueError(
-          f"Table {table.name!r} is sharded over parameter servers, which an "
+          f"Table {name!r} is sharded over parameter servers, which an "
           "inference export cannot write as one variable. Save a checkpoint "
           "(tf.train.Checkpoint), restore it into the same model built "
           "without ParameterServerStrategy (or into "
@@ -118,6 +130,13 @@ def _check_exportable(engine):
 def _parameters(engine) -> Dict[str, tf.Variable]:
   return {t.name: engine._variables[t.name]["parameters"]  # pylint: disable=protected-access
           for t in engine._config.tables}  # pylint: disable=protected-access
+
+
+def _sources(engine) -> Dict[str, Any]:
+  """What an inference export writes of each table, by table name."""
+  if stacked_export.is_stacked(engine):
+    return stacked_export.unstacked(engine)
+  return _parameters(engine)
 
 
 class _Export:
@@ -132,24 +151,36 @@ class _Export:
     if id(engine) not in self.tables:
       self.tables[id(engine)] = (engine, {
           name: ServingTable(variable, name, self.dtype)
-          for name, variable in _parameters(engine).items()})
+          for name, variable in _sources(engine).items()})
     return self.tables[id(engine)][1]
 
 
 # Keras' exports in progress, by their `ExportArchive`.
 _keras_exports = weakref.WeakKeyDictionary()
-_KERAS_EXPORT = ("keras.src.export", "tf_keras.src.export")
+# `keras.export.ExportArchive`'s public methods (Keras 3 and tf_keras).
+_ARCHIVE_METHODS = ("track", "add_endpoint", "write_out")
+
+
+def is_export_archive(obj) -> bool:
+  """Whether `obj` is a Keras `ExportArchive` (Keras 3's `export` makes a
+  backend class that does not derive from `keras.export.ExportArchive`,
+  so its public methods tell)."""
+  return all(callable(getattr(type(obj), m, None)) for m in _ARCHIVE_METHODS)
 
 
 def _keras_export() -> Optional[_Export]:
-  """The export of Keras' `model.export` (or `ExportArchive`) tracing
-  the model now, or None: Keras offers no hook, so the caller's frames
-  tell, and the archive keys its tables (it traces more than once)."""
+  """The export of Keras' `model.export` (or an `ExportArchive`) tracing
+  the model now, or None.
+
+  Keras calls no hook of a layer when it exports, and it traces the
+  endpoints before `tf.saved_model.save` (so outside its save context): an
+  archive's method among the callers tells. The export is keyed by its
+  archive (an archive traces more than once).
+  """
   frame = sys._getframe(1)  # pylint: disable=protected-access
   while frame is not None:
     archive = frame.f_locals.get("self")
-    if (frame.f_globals.get("__name__", "").startswith(_KERAS_EXPORT) and
-        hasattr(archive, "write_out")):
+    if archive is not None and is_export_archive(archive):
       if archive not in _keras_exports:
         _keras_exports[archive] = _Export(tf.float32)
       return _keras_exports[archive]
@@ -157,25 +188,36 @@ def _keras_export() -> Optional[_Export]:
   return None
 
 
-def tables_for(engine) -> Optional[Dict[str, tf.Variable]]:
-  """The tables a lookup traced now reads for an export, or None when this
-  is no export (the engine's own path then).
+def serving_activations(engine, features, weights=None):
+  """The activations of a lookup traced now for a SavedModel, by
+  TensorFlow's ops; None when no SavedModel is being written (the engine's
+  own path then).
 
-  In an inference export (`export_for_serving`, Keras 3's `export`): one
-  `ServingTable` per table, the same ones for every trace of the export.
-  Under a plain `tf.saved_model.save`: the live parameters, which that
-  save writes anyway with the rest of the model's state.
+  In an inference export (`export_for_serving`, Keras 3's `export`) the
+  lookup reads one `ServingTable` per table, the same ones for every trace
+  of the export. Under a plain `tf.saved_model.save` it reads the live
+  parameters, which that save writes anyway with the rest of the model's
+  state. A host `TPUEmbeddingV2`'s stacked tables: `tfemb.sparsecore.
+  export`.
   """
   export = getattr(_state, "export", None)
   if export is None and tf.inside_function():
     export = _keras_export()
+  if export is None and not save_context.in_save_context():
+    return None
+  _check_exportable(engine)
+  config, remaps = engine._config, None  # pylint: disable=protected-access
+  if stacked_export.is_stacked(engine):
+    features, weights = stacked_export.serving_inputs(config, features,
+                                                      weights)
+    config = stacked_export.serving_config(config)
   if export is not None:
-    _check_exportable(engine)
-    return export.tables_of(engine)
-  if save_context.in_save_context():
-    _check_exportable(engine)
-    return _parameters(engine)
-  return None
+    tables = export.tables_of(engine)
+  elif stacked_export.is_stacked(engine):
+    tables, remaps = stacked_export.stacked(engine)
+  else:
+    tables = _parameters(engine)
+  return lookup(config, tables, features, weights, remaps)
 
 
 @contextlib.contextmanager
@@ -216,7 +258,9 @@ def _keras_input_signature(model):
 def _serving_function(model_or_embedding, input_signature):
   """(the function to export, its input signature)."""
   from tfemb.host import engine as host_engine  # pylint: disable=g-import-not-at-top
-  if isinstance(model_or_embedding, host_engine.HostEmbedding):
+  from tfemb.sparsecore import engine as sparsecore_engine  # pylint: disable=g-import-not-at-top
+  if isinstance(model_or_embedding, (host_engine.HostEmbedding,
+                                     sparsecore_engine.TPUEmbeddingV2)):
     embedding = model_or_embedding
     embedding._maybe_build()  # pylint: disable=protected-access
     if input_signature is None:
@@ -225,12 +269,13 @@ def _serving_function(model_or_embedding, input_signature):
           embedding._config.structure)  # pylint: disable=protected-access
 
     def serve(features):
-      return lookup(embedding._config, tables_for(embedding), features)  # pylint: disable=protected-access
+      return serving_activations(embedding, features)
     return serve, input_signature
   if not hasattr(model_or_embedding, "layers"):
     raise TypeError(
         "export_for_serving takes a Keras model with tfemb.layers."
-        "TPUEmbedding or a tfemb.TPUEmbedding created off the TPU, got "
+        "TPUEmbedding, or a tfemb.TPUEmbedding or tfemb.TPUEmbeddingV2 "
+        "created off the TPU, got "
         f"{type(model_or_embedding).__name__}.")
   model = model_or_embedding
   if input_signature is None:

@@ -127,9 +127,9 @@ class HostEngine:
       self.engine.build(per_replica_batch_size=batch_size)
 
   def lookup(self, features, weights, dummy, training):
-    tables = export.tables_for(self.engine)
-    if tables is not None:  # traced for a SavedModel: no training engine
-      return export.lookup(self.engine._config, tables, features, weights)  # pylint: disable=protected-access
+    served = export.serving_activations(self.engine, features, weights)
+    if served is not None:  # traced for a SavedModel: no training engine
+      return served
     # As tfrs' layer off the TPU: any batch size. Only `batch_size` or a
     # FeatureConfig's `output_shape` fix the activation shapes, never a
     # call (a fit with one batch size, then a predict with another).
@@ -373,6 +373,9 @@ class HostEngineV2(TPUEngineV2):
     self._learning_rates = []  # the host's update steps them itself
 
   def lookup(self, features, weights, dummy, training):
+    served = export.serving_activations(self.engine, features, weights)
+    if served is not None:  # traced for a SavedModel: no training engine
+      return served
     # Looked up outside the trap (tf.custom_gradient refuses a function
     # that reads variables), as the first generation's host adapter does.
     activations, preserved = self.engine(features, weights)

@@ -23,9 +23,11 @@ from typing import Any, Dict, Optional
 import tensorflow as tf
 from tensorflow.python.tpu import tpu_embedding_v3_utils  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.trackable import autotrackable
+from tensorflow.python.trackable import base as trackable
 from tensorflow.python.trackable import data_structures
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import interleaved_tables
 from tfemb import options as options_lib
 from tfemb import resolution
 from tfemb.host import feeding
@@ -49,6 +51,19 @@ class Preserved(dict):
   """What `embedding_lookup` hands to `apply_gradients`: keyed by stacked
   table name (as TensorFlow's partitioned tensors), each value the distinct
   stacked rows of the batch, per table of the stack."""
+
+
+class _Layouts(tpu_embedding_v3_utils.SparseCoreLayoutsTrackable):
+  """TensorFlow's trackable of the layouts, its tensor made as it is saved
+  (a SavedModel traces its saver into a graph, which cannot capture the
+  eager constant)."""
+
+  def __init__(self, serialized: bytes):
+    super().__init__(tf.constant(serialized))
+    self._serialized = serialized
+
+  def _serialize_to_tensors(self):
+    return {trackable.VARIABLE_VALUE_KEY: tf.constant(self._serialized)}
 
 
 class TPUEmbeddingV2(autotrackable.AutoTrackable):
@@ -146,8 +161,7 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
       with tf.init_scope():
         create()
     self._track_trackable(
-        tpu_embedding_v3_utils.SparseCoreLayoutsTrackable(tf.constant(
-            self._stacking.layouts_proto().SerializeToString())),
+        _Layouts(self._stacking.layouts_proto().SerializeToString()),
         tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY)
     self._train_paths = data_structures.NoDependency([
         custom.training_path(t, self._variables[t.stacked_table_name],
@@ -248,6 +262,14 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
             "restored.")
     check({name: held for name, held in children.items()
            if not name.endswith("/" + combiner_lib.SLOT)})
+
+  def _trackable_children(self, save_type=trackable.SaveType.CHECKPOINT,
+                          **kwargs):
+    children = super()._trackable_children(save_type, **kwargs)
+    if save_type == trackable.SaveType.SAVEDMODEL and self._built:
+      # A SavedModel tracks the storage its interleaved views read.
+      children.update(interleaved_tables.savedmodel_children(self._variables))
+    return children
 
   def _lookup_dependency(self, name, cached_dependencies=None):
     found = super()._lookup_dependency(name, cached_dependencies)

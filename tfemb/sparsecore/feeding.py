@@ -21,16 +21,19 @@ def _kind(x) -> Optional[str]:
 
 
 def _dense(path: str, x: tf.Tensor, w: Optional[tf.Tensor],
-           sample_count: int) -> Tuple[Any, Any]:
+           sample_count: Optional[int]) -> Tuple[Any, Any]:
   """One id per sample: [sample_count] ids, or with weights a
-  [sample_count, 1] SparseTensor of ids and one of weights."""
+  [sample_count, 1] SparseTensor of ids and one of weights (None: any
+  number of samples)."""
   ids = tf.reshape(x, [-1])
   size = ids.shape[0]
   message = (f"Feature {path!r}: Dense tensor input should have values "
              "elements number the same as the sample count. But got "
              "{} elements for values and " + f"{sample_count} samples "
              "(output_shape's size).")
-  if size is None:  # known when the batch runs
+  if sample_count is None:
+    pass
+  elif size is None:  # known when the batch runs
     check = tf.debugging.assert_equal(
         tf.size(ids), sample_count, message=message.format("another number of"))
     with tf.control_dependencies([check]):
@@ -54,8 +57,11 @@ def _dense(path: str, x: tf.Tensor, w: Optional[tf.Tensor],
           tf.SparseTensor(indices, weights, dense_shape))
 
 
-def prepare(path: str, feature: Any, x: Any, w: Any) -> Tuple[Any, Any]:
+def prepare(path: str, feature: Any, x: Any, w: Any,
+            any_batch: bool = False) -> Tuple[Any, Any]:
   """`(ids, weights)` of one feature as the host engine takes them.
+  `any_batch`: a dense input may hold any number of samples (a serving
+  export's batch), not only `output_shape`'s.
 
   Raises TensorFlow's `TPUEmbeddingV2` errors, naming the feature: an input
   that is not a Tensor, SparseTensor or RaggedTensor (numpy arrays and
@@ -72,5 +78,6 @@ def prepare(path: str, feature: Any, x: Any, w: Any) -> Tuple[Any, Any]:
                      f"got {type(w)}")
   if kind != "Tensor":
     return x, w
-  samples = tf.TensorShape(feature.output_shape).num_elements()
+  samples = (None if any_batch else
+             tf.TensorShape(feature.output_shape).num_elements())
   return _dense(path, x, w, samples)
