@@ -4,6 +4,8 @@ dim]`, no padding) and without slots, served at any batch size in a process
 that never imports tfemb, with the numbers of the numpy reference over the
 tables TensorFlow's own unshuffling reads out of the stacked variables."""
 
+import os
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -113,6 +115,11 @@ def test_mid_level_export_serves_dense_and_ragged_ids_without_tfemb(tmp_path):
   tables = unstacked(embedding)
   assert sum(variable_bytes(path).values()) <= 1.05 * sum(
       t.nbytes for t in tables.values())
+  # Each table unstacked into a data file of its own, one after the other
+  # (one table's copy at a time), and one file for the rest.
+  data_files = [f for f in os.listdir(os.path.join(path, "variables"))
+                if f.startswith("variables.data-")]
+  assert len(data_files) == len(tables) + 1, data_files
   rng = np.random.default_rng(4)
   requests = []
   for n in (1, 6, 33):

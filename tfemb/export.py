@@ -20,6 +20,11 @@ the model, the layer looks its ids up in a `ServingTable` per table, a
 variable that holds no memory in this process. When the SavedModel is
 written, each one hands the saver the current parameters of its table (cast
 to the export's dtype), so the file holds them under the serving variable.
+A float32 table is read without a copy. A table that needs one (unstacked
+from a SparseCore stack, or cast to bfloat16) is computed when the saver
+writes it; `export_for_serving` gives each table a data file of its own,
+written one after the other, so one such copy exists at a time (Keras'
+`model.export` writes one data file: all of them at once).
 
 `tf.saved_model.save` of a whole model (and tf_keras' SavedModel
 `model.save`) keeps the full state for resuming training; its functions use
@@ -71,9 +76,54 @@ class ServingTable(resource_variable_ops.UninitializedVariable):
       saved = read()
       return saved if saved.dtype == dtype else tf.cast(saved, dtype)
 
-    spec = saveable_object.SaveSpec(value, "", trackable.VARIABLE_VALUE_KEY,
+    deferred = _Deferred(value, self.shape, dtype, source.device)
+    spec = saveable_object.SaveSpec(lambda: deferred, "",
+                                    trackable.VARIABLE_VALUE_KEY,
                                     dtype=dtype, device=source.device)
     return {trackable.VARIABLE_VALUE_KEY: spec}
+
+
+class _Deferred:
+  """A table's value for the saver, computed only when the save op of its
+  shard takes it: with `_TablePerShard`, a copy of a table (unstacked, or
+  cast to bfloat16) exists for one table at a time."""
+
+  def __init__(self, compute, shape, dtype, device):
+    self._compute = compute
+    self.shape, self.dtype, self.device = shape, dtype, device
+
+  def __tf_tensor__(self, dtype=None, name=None):
+    del dtype, name
+    return self._compute()
+
+
+class _TablePerShard(getattr(tf.train.experimental, "ShardingCallback",
+                             object)):
+  """The saver's sharding: each `ServingTable` in a data file of its own,
+  everything else in one. The saver writes shard after shard."""
+
+  @property
+  def description(self) -> str:
+    return "tfemb: one shard per table of an inference export"
+
+  def __call__(self, shardable_tensors):
+    shared, own = {}, []
+    for t in shardable_tensors:
+      if isinstance(t.tensor, _Deferred):
+        own.append({t.checkpoint_key: {t.slice_spec: t.tensor}})
+      else:
+        shared.setdefault(t.checkpoint_key, {})[t.slice_spec] = t.tensor
+    return ([shared] if shared else []) + own
+
+
+def _save_options():
+  """Each table in a shard of its own, where TensorFlow's saver takes a
+  sharding callback (2.16 on); else the saver's one shard."""
+  try:
+    return tf.saved_model.SaveOptions(
+        experimental_sharding_callback=_TablePerShard())
+  except (TypeError, ValueError):
+    return None
 
 
 class _ServingPath(table_paths.OpsTable):
@@ -315,7 +365,8 @@ def export_for_serving(model_or_embedding: Any, path: str,
     root.serving_variables = list(concrete.variables)
     root.serve = serve
     # In the scope: the save traces the function again.
-    tf.saved_model.save(root, path, signatures=signatures)
+    tf.saved_model.save(root, path, signatures=signatures,
+                        options=_save_options())
 
 
 def _flat_outputs(serve, signature):
