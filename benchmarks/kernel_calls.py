@@ -8,6 +8,8 @@ the kernels (`library`: benchmarks/kernel_ab.py's). The update's
 attributes are tfemb's (`ops.update_attributes`).
 """
 
+import inspect
+
 import tensorflow as tf
 
 from tfemb import optimizers
@@ -49,7 +51,11 @@ def apply_rows(library, table, variables, ids, grads, lr,
   slots = [] if interleaved else [
       variables[n].handle
       for n in optimizers.identify(table.optimizer).slots]
-  return library.tfemb_apply_rows(
-      parameters=variables["parameters"].handle, slots=slots, ids=ids,
-      gradients=grads, learning_rate=lr, table_name=table.name,
-      interleaved=interleaved, **ops.update_attributes(table.optimizer))
+  op = library.tfemb_apply_rows
+  attrs = ops.update_attributes(table.optimizer)
+  if "table_names" in inspect.signature(op).parameters:  # one part
+    attrs.update(ids=[ids], gradients=[grads], table_names=[table.name])
+  else:  # a build from before the ops took parts (benchmarks/kernel_ab.py)
+    attrs.update(ids=ids, gradients=grads, table_name=table.name)
+  return op(parameters=variables["parameters"].handle, slots=slots,
+            learning_rate=lr, interleaved=interleaved, **attrs)
