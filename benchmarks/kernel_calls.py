@@ -8,8 +8,6 @@ the kernels (`library`: benchmarks/kernel_ab.py's). The update's
 attributes are tfemb's (`ops.update_attributes`).
 """
 
-import inspect
-
 import tensorflow as tf
 
 from tfemb import optimizers
@@ -51,11 +49,12 @@ def apply_rows(library, table, variables, ids, grads, lr,
   slots = [] if interleaved else [
       variables[n].handle
       for n in optimizers.identify(table.optimizer).slots]
-  op = library.tfemb_apply_rows
-  attrs = ops.update_attributes(table.optimizer)
-  if "table_names" in inspect.signature(op).parameters:  # one part
-    attrs.update(ids=[ids], gradients=[grads], table_names=[table.name])
-  else:  # a build from before the ops took parts (benchmarks/kernel_ab.py)
-    attrs.update(ids=ids, gradients=grads, table_name=table.name)
-  return op(parameters=variables["parameters"].handle, slots=slots,
-            learning_rate=lr, interleaved=interleaved, **attrs)
+  attrs = dict(ops.update_attributes(table.optimizer),
+               parameters=variables["parameters"].handle, slots=slots,
+               learning_rate=lr, interleaved=interleaved)
+  try:  # one part
+    return library.tfemb_apply_rows(ids=[ids], gradients=[grads],
+                                    table_names=[table.name], **attrs)
+  except TypeError:  # a build from before the op took parts (kernel_ab's)
+    return library.tfemb_apply_rows(ids=ids, gradients=grads,
+                                    table_name=table.name, **attrs)

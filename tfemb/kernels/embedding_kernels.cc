@@ -36,11 +36,15 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <unordered_set>
@@ -54,7 +58,6 @@
 #include "tensorflow/core/framework/resource_var.h"
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/kernels/training_op_helpers.h"
-#include "tensorflow/core/util/work_sharder.h"
 
 #include "column_split.h"
 #include "tfemb_rules.h"  // generated: tfemb/kernels/rule_table.py
@@ -1017,33 +1020,47 @@ class ApplyRowsOp : public OpKernel {
   virtual void Finish(OpKernelContext* ctx, const Update& p,
                       const std::vector<Part>& parts, int64_t dim,
                       int64_t stride, float* w, float* s0, float* s1) {
-    ForParts(ctx, parts, dim, [&](const Part& part, int) {
+    ForParts(ctx, parts, [&](const Part& part, int) {
       apply_(p, part.id, part.g, part.u, dim, stride, w, s0, s1);
     });
   }
 
-  // fn(part, index) for every part, on the CPU's worker threads when there
-  // are several parts (one op covers tables stacked in one variable, which
-  // separate ops would have updated side by side).
+  // fn(part, index) for every part, the parts shared out as they are
+  // taken: this thread takes them one after another, and so does each of
+  // the CPU's worker threads that starts before they are all taken (one op
+  // covers tables stacked in one variable, which separate ops would have
+  // updated side by side). A worker that starts late finds none left:
+  // nothing waits for it.
   template <typename F>
   static void ForParts(OpKernelContext* ctx, const std::vector<Part>& parts,
-                       int64_t dim, F&& fn) {
-    const int64_t n = parts.size();
+                       F&& fn) {
+    const int n = static_cast<int>(parts.size());
     if (n == 1) {
       fn(parts[0], 0);
       return;
     }
-    int64_t rows = 0;
-    for (const Part& part : parts) rows += part.u;
+    struct Shared {
+      std::atomic<int> next{0};  // the next part to take
+      std::atomic<int> done{0};  // parts finished
+      std::function<void(int)> run;
+    };
+    auto shared = std::make_shared<Shared>();
+    shared->run = [&](int k) { fn(parts[k], k); };
+    auto take = [](Shared* s, int n) {
+      for (int k; (k = s->next.fetch_add(1)) < n;) {
+        s->run(k);
+        s->done.fetch_add(1, std::memory_order_release);
+      }
+    };
     const auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-    // Cost per part, in the sharder's cycles: a few per float of a row.
-    ::tensorflow::Shard(workers->num_threads, workers->workers, n,
-                        std::max<int64_t>(1, 8 * dim * rows / n),
-                        [&](int64_t begin, int64_t end) {
-                          for (int64_t k = begin; k < end; ++k) {
-                            fn(parts[k], static_cast<int>(k));
-                          }
-                        });
+    const int helpers = std::min(n, workers->num_threads) - 1;
+    for (int i = 0; i < helpers; ++i) {
+      workers->workers->Schedule([shared, n, take] { take(shared.get(), n); });
+    }
+    take(shared.get(), n);
+    while (shared->done.load(std::memory_order_acquire) < n) {
+      std::this_thread::yield();  // a part a worker has taken, finishing
+    }
   }
 
   // The tables' names, for an error about the variable they share.
@@ -1088,7 +1105,7 @@ class CheckRowsOp : public ApplyRowsOp {
       OP_REQUIRES_OK(ctx, finite.allocate(k, TensorShape({}), &t));
       out[k] = t->scalar<bool>().data();
     }
-    ForParts(ctx, parts, dim, [&](const Part& part, int k) {
+    ForParts(ctx, parts, [&](const Part& part, int k) {
       *out[k] = Finite(p, part, dim, stride, w, s0, s1);
     });
   }
