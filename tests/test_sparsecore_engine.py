@@ -225,7 +225,7 @@ def test_an_overflowing_update_of_one_stacked_table_changes_nothing(
       run()
   else:
     run()
-    assert embedding._policy.skipped_steps == 1  # pylint: disable=protected-access
+    assert embedding.skipped_steps == 1
   for k, v in embedding.variables["a_b_c"].items():
     np.testing.assert_array_equal(v.numpy(), before[k], err_msg=k)
 
