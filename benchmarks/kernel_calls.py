@@ -49,7 +49,12 @@ def apply_rows(library, table, variables, ids, grads, lr,
   slots = [] if interleaved else [
       variables[n].handle
       for n in optimizers.identify(table.optimizer).slots]
-  return library.tfemb_apply_rows(
-      parameters=variables["parameters"].handle, slots=slots, ids=ids,
-      gradients=grads, learning_rate=lr, table_name=table.name,
-      interleaved=interleaved, **ops.update_attributes(table.optimizer))
+  attrs = dict(ops.update_attributes(table.optimizer),
+               parameters=variables["parameters"].handle, slots=slots,
+               learning_rate=lr, interleaved=interleaved)
+  try:  # one part
+    return library.tfemb_apply_rows(ids=[ids], gradients=[grads],
+                                    table_names=[table.name], **attrs)
+  except TypeError:  # a build from before the op took parts (kernel_ab's)
+    return library.tfemb_apply_rows(ids=ids, gradients=grads,
+                                    table_name=table.name, **attrs)

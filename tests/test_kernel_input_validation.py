@@ -54,9 +54,13 @@ def gather(table, id_list, **kw):
 
 
 def apply(table, slots, id_tensor, grads, lr, attrs=SGD, **kw):
+  """One part (table "t"); `id_tensor` and `grads` as lists: several."""
+  id_list = id_tensor if isinstance(id_tensor, list) else [id_tensor]
+  grad_list = grads if isinstance(grads, list) else [grads]
+  kw.setdefault("table_names", ["t", "u"][:len(id_list)])
   return lib.tfemb_apply_rows(
       parameters=table.handle, slots=[s.handle for s in slots],
-      ids=id_tensor, gradients=grads, learning_rate=lr, table_name="t",
+      ids=id_list, gradients=grad_list, learning_rate=lr,
       **dict(attrs, **kw))
 
 
@@ -143,6 +147,15 @@ CASES = {
     "apply_gradient_width_mismatch": (
         lambda: apply(T, [], ids(0, 1), tf.ones([2, 3]), LR), [T]),
     "apply_id_out_of_range": (lambda: apply(T, [], ids(0, 6), G2, LR), [T]),
+    "apply_second_part_id_out_of_range": (
+        lambda: apply(T, [], [ids(0, 1), ids(6)], [G2, tf.ones([1, 2])], LR),
+        [T]),
+    "apply_parts_of_other_widths": (
+        lambda: apply(T, [], [ids(0, 1), ids(2)], [G2, tf.ones([1, 3])], LR),
+        [T]),
+    "apply_names_count": (
+        lambda: apply(T, [], [ids(0), ids(1)], [tf.ones([1, 2])] * 2, LR,
+                      table_names=["t"]), [T]),
     "apply_negative_id": (lambda: apply(T, [], ids(-1, 0), G2, LR), [T]),
     "apply_int_table": (lambda: apply(I32, [], ids(0, 1), G2, LR), [I32]),
     "apply_double_slot": (

@@ -194,6 +194,42 @@ def test_a_bad_id_raises_naming_the_feature_and_writes_nothing():
     np.testing.assert_array_equal(v.numpy(), before[k], err_msg=k)
 
 
+
+@pytest.mark.parametrize("in_function", [False, True], ids=["eager", "fn"])
+@pytest.mark.parametrize("policy", ["raise", "skip"])
+def test_an_overflowing_update_of_one_stacked_table_changes_nothing(
+    engine_path, policy, in_function):
+  """Tables a, b, c share one stacked variable (and one update): b's
+  Adagrad accumulators overflow, so the error names b, and no row of a, b
+  or c, parameters or slot, changes."""
+  del engine_path  # the fused kernels, interleaved or not, and TF's ops
+  embedding, _ = make(tfemb.Adagrad(0.1))
+  embedding.non_finite_gradients = policy
+  b = batches(5)[0]
+  features, weights = inputs(b)
+  coef = {k: tf.constant(v, tf.float32) for k, v in b["coef"].items()}
+  coef["z"] *= 1e20  # table b's feature: finite gradients, g^2 overflows
+
+  def step():
+    activations, preserved = embedding(features, weights)
+    embedding.apply_gradients(coef, preserved)
+    return activations
+
+  run = tf.function(step) if in_function else step
+  embedding.build()
+  before = {k: v.numpy() for k, v in embedding.variables["a_b_c"].items()}
+  if policy == "raise":
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"Table \W*b\W*: the update would make a "
+                       "row"):
+      run()
+  else:
+    run()
+    assert embedding.skipped_steps == 1
+  for k, v in embedding.variables["a_b_c"].items():
+    np.testing.assert_array_equal(v.numpy(), before[k], err_msg=k)
+
+
 _STRATEGIES = {}
 
 

@@ -11,6 +11,8 @@
 //   TfembApplyRows     the TPU's update (docs/numerics.md) on the touched rows
 //                      of a table and its slots, in place: clip g, the
 //                      optimizer's rule, decoupled weight decay, clip w.
+//                      Several tables stacked in one variable (disjoint
+//                      rows, one optimizer) are one op: a part per table.
 //
 // Each op checks its inputs' shapes and dtypes and its attributes before
 // it reads or writes a variable, returning InvalidArgumentError: TensorFlow
@@ -34,17 +36,22 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -875,7 +882,11 @@ class ApplyRowsOp : public OpKernel {
   explicit ApplyRowsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     std::string rule;
     std::vector<float> h, clip_g, clip_w;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &table_name_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_names", &table_names_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_parts", &num_parts_));
+    OP_REQUIRES(ctx, static_cast<int>(table_names_.size()) == num_parts_,
+                absl::InvalidArgumentError(
+                    "table_names: one name per part (ids, gradients)"));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("rule", &rule));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("hyperparameters", &h));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("clip_gradient", &clip_g));
@@ -897,7 +908,8 @@ class ApplyRowsOp : public OpKernel {
                 absl::InvalidArgumentError("unknown rule " + rule));
     apply_ = found.apply;
     slots_ = found.slots;
-    OP_REQUIRES(ctx, ctx->num_inputs() - 4 == (interleaved_ ? 0 : slots_) &&
+    OP_REQUIRES(ctx, ctx->num_inputs() - 2 - 2 * num_parts_ ==
+                             (interleaved_ ? 0 : slots_) &&
                          static_cast<int>(h.size()) == found.constants,
                 absl::InvalidArgumentError(
                     "wrong number of slots or constants for " + rule));
@@ -906,29 +918,37 @@ class ApplyRowsOp : public OpKernel {
   }
 
   void Compute(OpKernelContext* ctx) override {
-    const int num_vars = ctx->num_inputs() - 3;  // parameters + slots
-    const Tensor& ids = ctx->input(num_vars);
-    const Tensor& grads = ctx->input(num_vars + 1);
-    const Tensor& lr = ctx->input(num_vars + 2);
+    // parameters, slots, then ids and gradients per part, learning rate
+    const int num_vars = ctx->num_inputs() - 1 - 2 * num_parts_;
+    const Tensor& lr = ctx->input(ctx->num_inputs() - 1);
     OP_REQUIRES(ctx, TensorShapeUtils::IsScalar(lr.shape()),
                 absl::InvalidArgumentError(absl::StrCat(
-                    "Table '", table_name_,
-                    "': the learning rate must be a scalar; got shape ",
-                    lr.shape().DebugString())));
+                    "Table '", Names(), "': the learning rate must be a "
+                    "scalar; got shape ", lr.shape().DebugString())));
     Update p = p_;
     p.lr = lr.scalar<float>()();
     if (decay_by_lr_) p.decay = p.decay * p.lr;
-    const int64_t u = ids.NumElements();
-    OP_REQUIRES(ctx, ids.dims() == 1,
-                absl::InvalidArgumentError(absl::StrCat(
-                    "Table '", table_name_, "': ids must be a vector; got ",
-                    ids.shape().DebugString())));
-    OP_REQUIRES(ctx,
-                grads.dims() == 2 && grads.dim_size(0) == u,
-                absl::InvalidArgumentError(absl::StrCat(
-                    "Table '", table_name_, "': ", u, " ids but gradients ",
-                    grads.shape().DebugString())));
-    const int64_t dim = grads.dim_size(1);
+    std::vector<Part> parts(num_parts_);
+    int64_t dim = -1;
+    for (int k = 0; k < num_parts_; ++k) {
+      const Tensor& ids = ctx->input(num_vars + k);
+      const Tensor& grads = ctx->input(num_vars + num_parts_ + k);
+      const std::string& name = table_names_[k];
+      const int64_t u = ids.NumElements();
+      OP_REQUIRES(ctx, ids.dims() == 1,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "Table '", name, "': ids must be a vector; got ",
+                      ids.shape().DebugString())));
+      OP_REQUIRES(ctx,
+                  grads.dims() == 2 && grads.dim_size(0) == u &&
+                      (dim < 0 || grads.dim_size(1) == dim),
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "Table '", name, "': ", u, " ids but gradients ",
+                      grads.shape().DebugString())));
+      dim = grads.dim_size(1);
+      parts[k] = Part{ids.flat<int64_t>().data(), grads.flat<float>().data(),
+                      u};
+    }
 
     std::vector<RefCountPtr<Var>> vars(num_vars);
     for (int i = 0; i < num_vars; ++i) {
@@ -936,7 +956,7 @@ class ApplyRowsOp : public OpKernel {
                      LookupResource(ctx, HandleFromInput(ctx, i), &vars[i]));
       OP_REQUIRES_OK(ctx, CheckFloatMatrix(
                               vars[i].get(),
-                              absl::StrCat("Table '", table_name_,
+                              absl::StrCat("Table '", Names(),
                                            "': variable ", i)));
       OP_REQUIRES_OK(ctx, ::tensorflow::EnsureSparseVariableAccess<
                               CPUDevice, float>(ctx, vars[i].get()));
@@ -959,27 +979,28 @@ class ApplyRowsOp : public OpKernel {
                       t->dim_size(1) == stride &&
                       (i == 0 || t->dim_size(0) == rows),
                   absl::InvalidArgumentError(absl::StrCat(
-                      "Table '", table_name_, "': variable ", i,
+                      "Table '", Names(), "': variable ", i,
                       " has shape ", t->shape().DebugString(),
                       ", expected [rows, ", stride, "] float32")));
       if (i == 0) rows = t->dim_size(0);
       data[i] = t->flat<float>().data();
       BackWithHugePages(vars[i].get(), *t);
     }
-    const int64_t* id = ids.flat<int64_t>().data();
-    for (int64_t r = 0; r < u; ++r) {
-      OP_REQUIRES(ctx, id[r] >= 0 && id[r] < rows,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "Table '", table_name_, "': id ", id[r],
-                      " outside [0, ", rows, ")")));
+    for (int k = 0; k < num_parts_; ++k) {
+      const int64_t* id = parts[k].id;
+      for (int64_t r = 0; r < parts[k].u; ++r) {
+        OP_REQUIRES(ctx, id[r] >= 0 && id[r] < rows,
+                    absl::InvalidArgumentError(absl::StrCat(
+                        "Table '", table_names_[k], "': id ", id[r],
+                        " outside [0, ", rows, ")")));
+      }
     }
     data.resize(3, nullptr);
     if (interleaved_) {  // the slots' columns follow the parameters'
       for (int i = 1; i <= slots_; ++i) data[i] = data[0] + i * dim;
     }
-    const float* g = grads.flat<float>().data();
     float *w = data[0], *s0 = data[1], *s1 = data[2];
-    Finish(ctx, p, id, g, u, dim, stride, w, s0, s1);
+    Finish(ctx, p, parts, dim, stride, w, s0, s1);
   }
 
  protected:
@@ -987,17 +1008,69 @@ class ApplyRowsOp : public OpKernel {
   // them (a shared one, so that checks of one variable run side by side).
   virtual bool Writes() const { return true; }
 
-  // With every variable locked and every input checked: the update.
-  virtual void Finish(OpKernelContext* ctx, const Update& p, const int64_t* id,
-                      const float* g, int64_t u, int64_t dim, int64_t stride,
-                      float* w, float* s0, float* s1) {
-    apply_(p, id, g, u, dim, stride, w, s0, s1);
+  // One table's rows of the variable: its ids and their gradients.
+  struct Part {
+    const int64_t* id;
+    const float* g;
+    int64_t u;
+  };
+
+  // With every variable locked and every input checked: the update, the
+  // parts side by side (their rows are disjoint).
+  virtual void Finish(OpKernelContext* ctx, const Update& p,
+                      const std::vector<Part>& parts, int64_t dim,
+                      int64_t stride, float* w, float* s0, float* s1) {
+    ForParts(ctx, parts, [&](const Part& part, int) {
+      apply_(p, part.id, part.g, part.u, dim, stride, w, s0, s1);
+    });
   }
 
+  // fn(part, index) for every part, the parts shared out as they are
+  // taken: this thread takes them one after another, and so does each of
+  // the CPU's worker threads that starts before they are all taken (one op
+  // covers tables stacked in one variable, which separate ops would have
+  // updated side by side). A worker that starts late finds none left:
+  // nothing waits for it.
+  template <typename F>
+  static void ForParts(OpKernelContext* ctx, const std::vector<Part>& parts,
+                       F&& fn) {
+    const int n = static_cast<int>(parts.size());
+    if (n == 1) {
+      fn(parts[0], 0);
+      return;
+    }
+    struct Shared {
+      std::atomic<int> next{0};  // the next part to take
+      std::atomic<int> done{0};  // parts finished
+      std::function<void(int)> run;
+    };
+    auto shared = std::make_shared<Shared>();
+    shared->run = [&](int k) { fn(parts[k], k); };
+    auto take = [](Shared* s, int n) {
+      for (int k; (k = s->next.fetch_add(1)) < n;) {
+        s->run(k);
+        s->done.fetch_add(1, std::memory_order_release);
+      }
+    };
+    const auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
+    const int helpers = std::min(n, workers->num_threads) - 1;
+    for (int i = 0; i < helpers; ++i) {
+      workers->workers->Schedule([shared, n, take] { take(shared.get(), n); });
+    }
+    take(shared.get(), n);
+    while (shared->done.load(std::memory_order_acquire) < n) {
+      std::this_thread::yield();  // a part a worker has taken, finishing
+    }
+  }
+
+  // The tables' names, for an error about the variable they share.
+  std::string Names() const { return absl::StrJoin(table_names_, "', '"); }
+
   ApplyFn apply_;
+  int num_parts_;
 
  private:
-  std::string table_name_;
+  std::vector<std::string> table_names_;
   Update p_;
   bool decay_by_lr_;
   bool interleaved_;  // slots beside the parameters, in one variable
@@ -1007,7 +1080,8 @@ class ApplyRowsOp : public OpKernel {
 // --- TfembCheckRows -----------------------------------------------------------
 
 // Whether TfembApplyRows with the same inputs would leave every touched row
-// of the table and of its slots finite; writes nothing. The rows are
+// of the table and of its slots finite, one bool per part (table); writes
+// nothing. The rows are
 // updated by the same rule in a scratch copy, kChunk rows at a time
 // ([kChunk, 3 x dim]: parameters, slot 0, slot 1; small enough to stay in
 // cache).
@@ -1020,9 +1094,28 @@ class CheckRowsOp : public ApplyRowsOp {
 
   static constexpr int64_t kChunk = 64;
 
-  void Finish(OpKernelContext* ctx, const Update& p, const int64_t* id,
-              const float* g, int64_t u, int64_t dim, int64_t stride,
+  void Finish(OpKernelContext* ctx, const Update& p,
+              const std::vector<Part>& parts, int64_t dim, int64_t stride,
               float* w, float* s0, float* s1) override {
+    ::tensorflow::OpOutputList finite;
+    OP_REQUIRES_OK(ctx, ctx->output_list("finite", &finite));
+    std::vector<bool*> out(num_parts_);
+    for (int k = 0; k < num_parts_; ++k) {
+      Tensor* t;
+      OP_REQUIRES_OK(ctx, finite.allocate(k, TensorShape({}), &t));
+      out[k] = t->scalar<bool>().data();
+    }
+    ForParts(ctx, parts, [&](const Part& part, int k) {
+      *out[k] = Finite(p, part, dim, stride, w, s0, s1);
+    });
+  }
+
+ private:
+  bool Finite(const Update& p, const Part& part, int64_t dim, int64_t stride,
+              const float* w, const float* s0, const float* s1) const {
+    const int64_t* id = part.id;
+    const float* g = part.g;
+    const int64_t u = part.u;
     const int64_t width = 3 * dim;
     std::vector<float> rows(kChunk * width, 0.0f);
     std::vector<int64_t> at(kChunk);
@@ -1053,9 +1146,7 @@ class CheckRowsOp : public ApplyRowsOp {
         non_finite |= (bits & 0x7f800000u) == 0x7f800000u;
       }
     }
-    Tensor* out;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
-    out->scalar<bool>()() = !non_finite;
+    return !non_finite;
   }
 };
 
@@ -1137,14 +1228,32 @@ REGISTER_OP("TfembRowGradients")
     .Attr("raise_non_finite: bool")
     .SetShapeFn(RowGradientsShape);
 
+// TfembApplyRows' and TfembCheckRows' inputs: per part, vector ids and
+// matrix gradients of as many rows; a scalar learning rate.
+absl::Status UpdateShape(InferenceContext* c) {
+  int parts;
+  TF_RETURN_IF_ERROR(c->GetAttr("num_parts", &parts));
+  const int n = c->num_inputs();  // ..., ids, gradients, learning rate
+  for (int k = 0; k < parts; ++k) {
+    ShapeHandle ids, grads;
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(n - 1 - 2 * parts + k), 1, &ids));
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(n - 1 - parts + k), 2, &grads));
+    DimensionHandle rows;
+    TF_RETURN_IF_ERROR(c->Merge(c->Dim(ids, 0), c->Dim(grads, 0), &rows));
+  }
+  ShapeHandle unused;
+  return c->WithRank(c->input(n - 1), 0, &unused);
+}
+
 REGISTER_OP("TfembApplyRows")
     .Input("parameters: resource")
     .Input("slots: num_slots * resource")
-    .Input("ids: int64")
-    .Input("gradients: float")
+    .Input("ids: num_parts * int64")
+    .Input("gradients: num_parts * float")
     .Input("learning_rate: float")
     .Attr("num_slots: int >= 0")
-    .Attr("table_name: string")
+    .Attr("num_parts: int >= 1")
+    .Attr("table_names: list(string)")  // one per part
     .Attr("rule: string")
     .Attr("hyperparameters: list(float)")
     .Attr("clip_gradient: list(float)")
@@ -1153,25 +1262,18 @@ REGISTER_OP("TfembApplyRows")
     .Attr("multiply_weight_decay_by_lr: bool")
     .Attr("interleaved: bool = false")  // slots beside the parameters
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      const int n = c->num_inputs();  // ..., ids, gradients, learning rate
-      ShapeHandle ids, grads, unused;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(n - 3), 1, &ids));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(n - 2), 2, &grads));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(n - 1), 0, &unused));
-      DimensionHandle rows;
-      return c->Merge(c->Dim(ids, 0), c->Dim(grads, 0), &rows);
-    });
+    .SetShapeFn(UpdateShape);
 
 REGISTER_OP("TfembCheckRows")
     .Input("parameters: resource")
     .Input("slots: num_slots * resource")
-    .Input("ids: int64")
-    .Input("gradients: float")
+    .Input("ids: num_parts * int64")
+    .Input("gradients: num_parts * float")
     .Input("learning_rate: float")
-    .Output("finite: bool")
+    .Output("finite: num_parts * bool")
     .Attr("num_slots: int >= 0")
-    .Attr("table_name: string")
+    .Attr("num_parts: int >= 1")
+    .Attr("table_names: list(string)")
     .Attr("rule: string")
     .Attr("hyperparameters: list(float)")
     .Attr("clip_gradient: list(float)")
@@ -1181,7 +1283,8 @@ REGISTER_OP("TfembCheckRows")
     .Attr("interleaved: bool = false")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->Scalar());
+      TF_RETURN_IF_ERROR(UpdateShape(c));
+      for (int k = 0; k < c->num_outputs(); ++k) c->set_output(k, c->Scalar());
       return absl::OkStatus();
     });
 

@@ -40,8 +40,9 @@ def stacked_config(config, stacking):
   (padded shape, the SparseCore's optimizer, a stacked initializer), the
   variables' configs; and the configuration the host engine's parts
   train, with one table per user table over its stacked table's rows (so
-  each table's lookup and update are kernels of their own, which run side
-  by side), each feature looking its table up by stacked row."""
+  each table's lookup is a kernel of its own; the update of the tables of
+  one stacked table is one kernel, `tfemb.host.tables.update_groups`),
+  each feature looking its table up by stacked row."""
   by_name = {t.name: t for t in config.tables}
   stacked_tables, trained = [], {}
   for name, stacked in stacking.stacked_tables.items():
