@@ -1,6 +1,15 @@
 """tfemb configs for the workload: a table per feature, the TPU optimizer."""
 
+import os
+
 import tfemb
+
+
+def steps_per_call() -> int:
+  """Steps per `tf.function` call of the embedding-only stacks: 8, or
+  `TFEMB_STEPS_PER_CALL` (1: each step in a call of its own, as Keras'
+  default `steps_per_execution` runs them)."""
+  return int(os.environ.get("TFEMB_STEPS_PER_CALL", "8"))
 
 
 def optimizer(workload):

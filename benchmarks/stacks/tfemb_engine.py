@@ -16,7 +16,7 @@ import tfemb
 
 from benchmarks.stacks import tfemb_common
 
-STEPS_PER_CALL = 8
+STEPS_PER_CALL = tfemb_common.steps_per_call()
 
 
 def build(workload):
