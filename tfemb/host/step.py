@@ -197,11 +197,8 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
 
     def write():
       with tf.control_dependencies(value_checks):
-        early = _created_by(lambda: [p.write() for p in pending if p.early])
-        with tf.control_dependencies(early):
-          writes = _created_by(
-              lambda: [p.write() for p in pending if not p.early])
-      with tf.control_dependencies(early + writes):
+        writes = created_by(lambda: [p.write() for p in pending])
+      with tf.control_dependencies(writes):
         return tf.constant(True)
 
     return policy.run(finite + [p.finite for p in pending], write)
@@ -222,7 +219,7 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
         tf.cond(written, advance, lambda: tf.constant(False))
 
 
-def _created_by(fn) -> List[Any]:
+def created_by(fn) -> List[Any]:
   """The ops `fn` creates in a graph (every write, whatever variable kind
   made it), for what must wait for them; [] eagerly, where ops run at
   once."""

@@ -64,9 +64,6 @@ class Pending(NamedTuple):
   # Writes it; of tables updated together (`prepare`), the first table's
   # writes them all and the others' nothing.
   write: Callable[[], Any]
-  # Written before the others: a write that may still fail (one that
-  # computes as it writes), whose error then leaves the others unwritten.
-  early: bool = False
 
 
 class Member(NamedTuple):

@@ -83,7 +83,7 @@ class CustomTable(table_paths.OpsTable):
     del batch, global_batch  # the rows are read again, under the lock
     names = self.table.optimizer._slot_names()  # pylint: disable=protected-access
     computed = []
-    created = step._created_by(  # pylint: disable=protected-access
+    created = step.created_by(
         lambda: computed.extend(self._compute(names, ids, grads, lr)))
     finite = tf.reduce_all([validation.all_finite(v) for v in computed])
     with tf.control_dependencies(created):
