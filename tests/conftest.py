@@ -33,9 +33,10 @@ def pytest_collection_modifyitems(items):
   for item in items:
     for mark in item.iter_markers("requires_tensorflow"):
       if not tf_versions.at_least(mark.args[0]):
+        why = mark.kwargs.get("why")
         item.add_marker(pytest.mark.skip(
-            reason=f"needs TensorFlow {mark.args[0]}; this is "
-            f"{tf.__version__}"))
+            reason=f"needs TensorFlow {mark.args[0]}"
+            f"{f' ({why})' if why else ''}; this is {tf.__version__}"))
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -35,18 +35,6 @@ def random_weights(rng, rows):
   return [list(rng.uniform(0.2, 2.0, size=len(r))) for r in rows]
 
 
-def needs_checkpoint_adapters(test):
-  """For a test of what a restore checks before anything is restored: the
-  engine does it when TensorFlow asks for a checkpoint adapter, which
-  TensorFlow 2.16 never does (docs/numerics.md, "Checkpoints")."""
-  import importlib.util  # pylint: disable=g-import-not-at-top
-  import pytest  # pylint: disable=g-import-not-at-top
-  missing = importlib.util.find_spec(
-      "tensorflow.python.checkpoint.checkpoint_adapter") is None
-  return pytest.mark.skipif(
-      missing, reason="this TensorFlow has no checkpoint adapters")(test)
-
-
 def adagrad_like(gradient, embedding_table, slot_variables, learning_rate,
                  hyperparameters):
   """A `CustomOptimizer`'s computation: Adagrad with its learning rate
