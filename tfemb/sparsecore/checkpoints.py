@@ -21,6 +21,7 @@ variables are created: restore such a checkpoint before the first lookup or
 `build()`. A restore into built variables of another layout is refused.
 """
 
+import functools
 from typing import Any, Dict, List, Optional, Sequence
 
 import tensorflow as tf
@@ -29,6 +30,8 @@ from tensorflow.python.checkpoint import checkpoint_adapter
 from tensorflow.python.tpu import tpu_embedding_v3_utils
 from tensorflow.python.trackable import trackable_utils
 
+from tfemb.host import variables as variables_lib
+from tfemb.sparsecore import combiner as combiner_lib
 from tfemb.sparsecore import layout as layout_lib
 
 _Layout = sparse_core_layout_pb2.SparseCoreTableLayout
@@ -316,3 +319,58 @@ class Adapter(checkpoint_adapter.AbstractCheckpointAdapter):
         f"TPUEmbeddingV2 does not have (its tables: "
         f"{sorted(self._stacking.tables)}): it was saved with another "
         "configuration.")
+
+
+def checked_adapter(path: str, stacking, store, stacked_tables,
+                    user_tables, built: bool) -> Optional[Adapter]:
+  """`TPUEmbeddingV2._checkpoint_adapter`: refuses, before anything of it
+  is restored or deferred, a checkpoint the engine cannot restore whole;
+  returns the `Adapter` of a checkpoint of unstacked tables or another
+  layout, None for one of this layout (`store`, a `TableStore`, checks
+  that)."""
+  slots = {t.name: dict(zip(t.optimizer._slot_names(),  # pylint: disable=protected-access
+                            t.optimizer._slot_initializers()))  # pylint: disable=protected-access
+           if t.optimizer else {} for t in stacked_tables}
+  adapter = Adapter(path, stacking, slots)
+  if not adapter.needed:
+    adapter = None
+  elif built:
+    raise ValueError(
+        f"The checkpoint {path!r} holds the tables unstacked or stacked "
+        "for another SparseCore layout; this TPUEmbeddingV2 can rearrange "
+        "them only as it creates its tables: restore it before the first "
+        "lookup or build().")
+  if adapter is None:
+    names, check = stacking.stacked_tables, store.check_checkpoint_node
+  else:
+    names, check = adapter.names, functools.partial(adapter.check_node,
+                                                    shapes=store.shapes)
+  variables_lib.check_checkpoint_nodes(
+      path, names,
+      functools.partial(_check_combiner_weights, user_tables, check))
+  return adapter
+
+
+def _check_combiner_weights(user_tables, check, children) -> None:
+  """Refuses CustomCombiner weights the engine does not have, or not as
+  many; `check` refuses the other children (`{name: shape held}`)."""
+  weights = {f"{t.name}/{combiner_lib.SLOT}": (t.combiner.num_weights,)
+             for t in user_tables
+             if combiner_lib.is_custom(t.combiner) and
+             t.combiner.num_weights > 0}
+  for name, held in children.items():
+    if not name.endswith("/" + combiner_lib.SLOT):
+      continue
+    table = name.rpartition("/")[0]
+    if name not in weights:
+      raise ValueError(
+          f"The checkpoint holds CustomCombiner weights of table {table!r}, "
+          "which has none here: it was saved with another configuration. "
+          "Nothing was restored.")
+    if held is not None and held != weights[name]:
+      raise ValueError(
+          f"Table {table!r}: expected {weights[name][0]} CustomCombiner "
+          f"weights; the checkpoint holds shape {list(held)}. Nothing was "
+          "restored.")
+  check({name: held for name, held in children.items()
+         if not name.endswith("/" + combiner_lib.SLOT)})

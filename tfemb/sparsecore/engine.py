@@ -53,19 +53,6 @@ class Preserved(dict):
   stacked rows of the batch, per table of the stack."""
 
 
-class _Layouts(tpu_embedding_v3_utils.SparseCoreLayoutsTrackable):
-  """TensorFlow's trackable of the layouts, its tensor made as it is saved
-  (a SavedModel traces its saver into a graph, which cannot capture the
-  eager constant)."""
-
-  def __init__(self, serialized: bytes):
-    super().__init__(tf.constant(serialized))
-    self._serialized = serialized
-
-  def _serialize_to_tensors(self):
-    return {trackable.VARIABLE_VALUE_KEY: tf.constant(self._serialized)}
-
-
 class TPUEmbeddingV2(autotrackable.AutoTrackable):
   """`tf.tpu.experimental.embedding.TPUEmbeddingV2`, computed on the host.
 
@@ -161,7 +148,8 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
       with tf.init_scope():
         create()
     self._track_trackable(
-        _Layouts(self._stacking.layouts_proto().SerializeToString()),
+        stacked_lib.LayoutsTrackable(
+            self._stacking.layouts_proto().SerializeToString()),
         tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY)
     self._train_paths = data_structures.NoDependency([
         custom.training_path(t, self._variables[t.stacked_table_name],
@@ -214,54 +202,12 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     nothing); returns what rearranges a checkpoint of unstacked tables or
     of another layout into the stacked variables as they are created
     (`tfemb.sparsecore.checkpoints`), None for one of this layout."""
-    slots = {t.name: dict(zip(t.optimizer._slot_names(),  # pylint: disable=protected-access
-                              t.optimizer._slot_initializers()))  # pylint: disable=protected-access
-             if t.optimizer else {} for t in self._table_config}
     # TensorFlow's checkpoint adapters (2.17 on) call this; older ones never.
     from tfemb.sparsecore import checkpoints  # pylint: disable=g-import-not-at-top
-    adapter = checkpoints.Adapter(path, self._stacking, slots)
-    if not adapter.needed:
-      adapter = None
-    elif self._built:
-      raise ValueError(
-          f"The checkpoint {path!r} holds the tables unstacked or stacked "
-          "for another SparseCore layout; this TPUEmbeddingV2 can rearrange "
-          "them only as it creates its tables: restore it before the first "
-          "lookup or build().")
-    if adapter is None:
-      names, check = self._stacking.stacked_tables, (
-          self._store.check_checkpoint_node)
-    else:
-      names, check = adapter.names, functools.partial(
-          adapter.check_node, shapes=self._store.shapes)
-    variables_lib.check_checkpoint_nodes(
-        path, names, functools.partial(self._check_checkpoint_node, check))
-    self._adapter = adapter
-    return adapter
-
-  def _check_checkpoint_node(self, check, children) -> None:
-    """Refuses CustomCombiner weights this object does not have, or not
-    as many; `check` refuses the other children (`{name: shape held}`)."""
-    weights = {f"{t.name}/{combiner_lib.SLOT}": (t.combiner.num_weights,)
-               for t in self._config.tables
-               if combiner_lib.is_custom(t.combiner) and
-               t.combiner.num_weights > 0}
-    for name, held in children.items():
-      if not name.endswith("/" + combiner_lib.SLOT):
-        continue
-      table = name.rpartition("/")[0]
-      if name not in weights:
-        raise ValueError(
-            f"The checkpoint holds CustomCombiner weights of table {table!r}, "
-            "which has none here: it was saved with another configuration. "
-            "Nothing was restored.")
-      if held is not None and held != weights[name]:
-        raise ValueError(
-            f"Table {table!r}: expected {weights[name][0]} CustomCombiner "
-            f"weights; the checkpoint holds shape {list(held)}. Nothing was "
-            "restored.")
-    check({name: held for name, held in children.items()
-           if not name.endswith("/" + combiner_lib.SLOT)})
+    self._adapter = checkpoints.checked_adapter(
+        path, self._stacking, self._store, self._table_config,
+        self._config.tables, self._built)
+    return self._adapter
 
   def _trackable_children(self, save_type=trackable.SaveType.CHECKPOINT,
                           **kwargs):
@@ -416,10 +362,7 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
                                 optimizer: Optional[Any] = None,
                                 sparse_core_embedding_config: Optional[
                                     Any] = None):
-    """TensorFlow's `compute_sparse_core_stats`, on any CPU: per stacked
-    table, the most ids and the most distinct ids one SparseCore partition
-    gets from `features` (one chip's batch), as `(max_ids_per_table,
-    max_unique_ids_per_table)` dicts of int32 scalars
+    """TensorFlow's `compute_sparse_core_stats`, on any CPU
     (`tfemb.sparsecore.stats`)."""
     return stats.compute_sparse_core_stats(
         features, feature_config, num_tpu_chips, num_sc_per_chip, optimizer,

@@ -2,11 +2,13 @@
 `TableConfig` per stacked table (TensorFlow's padded shape, the
 SparseCore's optimizer, an initializer that places each table's rows), and
 one per user table over its stacked table's rows, which the host engine's
-parts train."""
+parts train; and the trackable that saves the layouts."""
 
 import copy
 
 import tensorflow as tf
+from tensorflow.python.tpu import tpu_embedding_v3_utils  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.trackable import base as trackable  # pylint: disable=g-direct-tensorflow-import
 
 from tfemb import resolution
 from tfemb.sparsecore import custom
@@ -67,3 +69,16 @@ def stacked_config(config, stacking):
   return stacked_tables, resolution.Resolved(
       config.structure, config.paths, features, config.table_index, tables,
       tables)
+
+
+class LayoutsTrackable(tpu_embedding_v3_utils.SparseCoreLayoutsTrackable):
+  """TensorFlow's trackable of the layouts, its tensor made as it is saved
+  (a SavedModel traces its saver into a graph, which cannot capture the
+  eager constant)."""
+
+  def __init__(self, serialized: bytes):
+    super().__init__(tf.constant(serialized))
+    self._serialized = serialized
+
+  def _serialize_to_tensors(self):
+    return {trackable.VARIABLE_VALUE_KEY: tf.constant(self._serialized)}
