@@ -42,11 +42,13 @@ _RANDOM = (init_ops_v2.TruncatedNormal, init_ops_v2.RandomNormal,
 _CONSTANT = (init_ops_v2.Constant, init_ops_v2.Zeros, init_ops_v2.Ones)
 
 
-def _is_elementwise(initializer) -> bool:
+def is_elementwise(initializer) -> bool:
   """True if rows written block by block make the initializer's table:
   rows of its law, or (`RowIdInitializer`) its very values."""
   if type(initializer) is RowIdInitializer:  # pylint: disable=unidiomatic-typecheck
-    return True  # `_from_row` gives each block its ids
+    return True  # `from_row` gives each block its ids
+  if hasattr(initializer, "fill_in_blocks"):  # fills itself (SparseCore rows)
+    return initializer.elementwise
   if type(initializer) in _RANDOM:  # pylint: disable=unidiomatic-typecheck
     return initializer.seed is None
   if type(initializer) in _CONSTANT:  # pylint: disable=unidiomatic-typecheck
@@ -65,7 +67,7 @@ def block_rows(initializer, shape, dtype=tf.float32) -> Optional[int]:
   rows, dim = shape
   row_bytes = max(1, dim * tf.as_dtype(dtype).size)
   if (not tf.executing_eagerly() or rows * row_bytes <= BLOCK_BYTES or
-      not _is_elementwise(initializer)):
+      not is_elementwise(initializer)):
     return None
   return max(1, BLOCK_BYTES // row_bytes)
 
@@ -82,7 +84,7 @@ def scatter_rows(variable: tf.Variable, start: int, rows: tf.Tensor):
       tf.IndexedSlices(rows, tf.range(start, end, dtype=tf.int64)))
 
 
-def _from_row(initializer, start: int):
+def from_row(initializer, start: int):
   """The initializer of the rows from `start` on."""
   if type(initializer) is RowIdInitializer:  # pylint: disable=unidiomatic-typecheck
     return RowIdInitializer(offset=initializer.offset + start)
@@ -94,9 +96,14 @@ def fill_in_blocks(write_rows: Callable[[int, tf.Tensor], Any], shape, dtype,
   """Writes `initializer` values of a table of `shape`, one block of rows at
   a time, in place, with `write_rows(start, block)`: `scatter_rows` for a
   variable (which holds the only reference to its buffer), a column view's
-  `assign_rows` (`tfemb.interleaved_tables`)."""
+  `assign_rows` (`tfemb.interleaved_tables`). An initializer with a
+  `fill_in_blocks` method (`tfemb.sparsecore.stacked.TableInitializer`)
+  writes its own blocks."""
+  if hasattr(initializer, "fill_in_blocks"):
+    initializer.fill_in_blocks(write_rows, shape, dtype, rows_per_block)
+    return
   rows, dim = shape
   for start in range(0, rows, rows_per_block):
     end = min(rows, start + rows_per_block)
-    block = _from_row(initializer, start)((end - start, dim), dtype=dtype)
+    block = from_row(initializer, start)((end - start, dim), dtype=dtype)
     write_rows(start, block)

@@ -1,7 +1,10 @@
 """The Keras layer following the SparseCore off the TPU: given a
 `sparse_core_embedding_config` (or `embedding_feature=V2`), `model.fit`
 trains with `tfemb.TPUEmbeddingV2`'s numbers (no gradient clipping, stacked
-tables); without, with the first generation's (clipping applied)."""
+tables), and its tables and slots save and restore with the model; without,
+it trains with the first generation's (clipping applied)."""
+
+import os
 
 import numpy as np
 import pytest
@@ -12,16 +15,17 @@ import tfemb.layers
 from tfemb.sparsecore import layout
 
 keras = tf.keras
+LEGACY = os.environ.get("TF_USE_LEGACY_KERAS", "0").lower() in ("1", "true")
 INIT = np.arange(40, dtype=np.float32).reshape(10, 4) / 10
 IDS = np.array([1, 4, 1, 7], np.int32)
 
 
-def _fit(**layer_kwargs):
+def _model(optimizer, **layer_kwargs):
   table = tfemb.TableConfig(10, 4, name="t",
                             initializer=tf.constant_initializer(INIT))
   layer = tfemb.layers.TPUEmbedding(
-      {"f": tfemb.FeatureConfig(table, output_shape=[4])},
-      tfemb.SGD(0.5, clipvalue=0.1), **layer_kwargs)
+      {"f": tfemb.FeatureConfig(table, output_shape=[4])}, optimizer,
+      **layer_kwargs)
   inputs = {"f": keras.Input(shape=(), batch_size=4, dtype="int32",
                              name="f")}
   outputs = keras.layers.Lambda(
@@ -29,6 +33,11 @@ def _fit(**layer_kwargs):
   model = keras.Model(inputs, outputs)
   # d loss / d activation = 1 for every element.
   model.compile(optimizer="sgd", loss=lambda y, p: tf.reduce_sum(p))
+  return model, layer
+
+
+def _fit(**layer_kwargs):
+  model, layer = _model(tfemb.SGD(0.5, clipvalue=0.1), **layer_kwargs)
   model.fit({"f": IDS}, np.zeros((4, 1)), batch_size=4, epochs=1, verbose=0)
   return layer
 
@@ -59,3 +68,40 @@ def test_by_default_the_layer_trains_as_the_first_generation():
   layer = _fit()
   (table,) = layer.embedding_tables.values()
   np.testing.assert_allclose(table.numpy(), _expected(clip=0.1), rtol=1e-6)
+
+
+V2 = dict(sparse_core_embedding_config=tfemb.SparseCoreEmbeddingConfig())
+
+
+def _state(layer):
+  return {f"{t}/{n}": v.numpy() for t, slots in
+          layer.embedding_variables.items() for n, v in slots.items()}
+
+
+def _trained_v2():
+  model, layer = _model(tfemb.Adagrad(0.5), **V2)
+  for ids in (IDS, IDS[::-1]):
+    model.train_on_batch({"f": ids}, np.zeros((4, 1)))
+  return model, layer
+
+
+@pytest.mark.requires_tensorflow("2.17")  # the SparseCore host engine
+@pytest.mark.parametrize("how", ["weights", "checkpoint"])
+def test_following_v2_the_tables_and_slots_save_and_restore(how, tmp_path):
+  model, layer = _trained_v2()
+  saved = _state(layer)
+  assert set(saved) == {"t/parameters", "t/accumulators"}
+  fresh, fresh_layer = _model(tfemb.Adagrad(0.5), **V2)
+  if how == "weights":
+    path = str(tmp_path / ("ckpt" if LEGACY else "model.weights.h5"))
+    model.save_weights(path)
+    fresh.load_weights(path)
+  else:
+    path = tf.train.Checkpoint(model=model).save(str(tmp_path / "ckpt"))
+    tf.train.Checkpoint(model=fresh).restore(path).assert_existing_objects_matched()
+  for key, value in saved.items():
+    np.testing.assert_array_equal(_state(fresh_layer)[key], value,
+                                  err_msg=key)
+  x = {"f": IDS}
+  np.testing.assert_array_equal(fresh.predict(x, batch_size=4, verbose=0),
+                                model.predict(x, batch_size=4, verbose=0))

@@ -173,27 +173,29 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
       checks.append(grads)  # carries the table's non-finite check
     finite.append(table_finite)
     updates.append((path, table_batch, ids, grads))
-  # Tables stacked in one variable with one optimizer update together.
-  groups = [[updates[i] for i in group]
-            for group in table_paths.update_groups([u[0] for u in updates])]
-  # Every learning rate (a callable is called here) before any write.
-  rates = []
-  for group in groups:
-    lr, lr_checks = update_rules.checked_learning_rate(group[0][0].table)
-    rates.append(lr)
-    checks += lr_checks
+  # Every learning rate (a callable is called here) before any write: one
+  # per table, and one per stack of tables laid out as on a SparseCore,
+  # which share the stack's optimizer.
+  rates, by_stack = [], {}
+  for path, _, _, _ in updates:
+    stack = getattr(path.table, "stacked_table_name", None)
+    if stack is None or stack not in by_stack:
+      lr, lr_checks = update_rules.checked_learning_rate(path.table)
+      checks += lr_checks
+      by_stack[stack] = lr
+    rates.append(by_stack[stack])
   checks += [c for u in more for c in u.checks]
   counting = resolution.counting_learning_rates(config.tables)
 
   def update():
     with tf.control_dependencies(checks):
-      pending = [p for group, lr in zip(groups, rates)
-                 for p in table_paths.prepare(group, lr, multi_replica)]
+      pending = [path.prepare(table_batch, ids, grads, lr, multi_replica)
+                 for (path, table_batch, ids, grads), lr in zip(updates,
+                                                                rates)]
       pending += [u.prepare() for u in more]
     value_checks = policy.checks(
         [p.finite for p in pending],
-        [u[0].table.name for group in groups for u in group] +
-        [u.name for u in more])
+        [u[0].table.name for u in updates] + [u.name for u in more])
 
     def write():
       with tf.control_dependencies(value_checks):

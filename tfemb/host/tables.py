@@ -8,10 +8,10 @@ same numbers:
 | `FusedTable` | training steps of CPU tables (plain or mirrored) | one kernel: range check, dedup, gather | one kernel | one kernel, in place |
 | `OpsTable` | direct lookups; tables on a GPU or parameter servers; non-lazy Adam; `Options(fused_kernels=False)` | `tf.unique`, resource gather | `unsorted_segment_sum` | gather, `update_rules`, scatter |
 
-A table stacked in a bigger variable (`TPUEmbeddingV2`) gives its path a
-`Remap`: ids are checked against the table's own vocabulary and looked up
-at their rows of the variable (inside the fused kernel, or with TensorFlow's
-ops).
+A table whose rows are laid out as on a SparseCore (`TPUEmbeddingV2`'s,
+`tfemb.sparsecore.stacked`) gives its path a `Remap`: ids are checked
+against the table's own vocabulary and looked up at their rows of its
+variable (inside the fused kernel, or with TensorFlow's ops).
 
 A path's methods, in step order:
 
@@ -30,12 +30,6 @@ A path's methods, in step order:
   they are now (under the step's lock, `step.NonFinitePolicy.serialized`):
   whether the new rows and slots are finite, and the function that writes
   them (`tfemb.sparsecore.custom` too, for a `CustomOptimizer`).
-
-Tables stacked in one variable with one optimizer (`TPUEmbeddingV2`'s)
-share their update: `update_groups` finds them, and `prepare` checks and
-writes their rows, which are disjoint, with one op each for all of them
-(one op per table would write the variable one table after the other,
-each op waiting for the one before).
 """
 
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
@@ -51,7 +45,7 @@ from tfemb.kernels import ops as kernel_ops
 
 
 class Remap(NamedTuple):
-  """A table whose rows sit in a bigger variable (a table stacked as on a
+  """A table whose rows sit elsewhere than at their ids (as on a
   SparseCore): its own vocabulary, and where each id's row is."""
   vocabulary_size: int  # the table's own; ids are checked against it
   kernel_attr: Tuple[int, ...]  # TfembDedupGather's `stacked`
@@ -61,9 +55,7 @@ class Remap(NamedTuple):
 class Pending(NamedTuple):
   """A table's update, computed but not written."""
   finite: tf.Tensor  # every new value of the table and its slots is finite
-  # Writes it; of tables updated together (`prepare`), the first table's
-  # writes them all and the others' nothing.
-  write: Callable[[], Any]
+  write: Callable[[], Any]  # writes it
 
 
 class Member(NamedTuple):
@@ -192,56 +184,14 @@ class FusedTable(_Path):
     del batch, global_batch  # the kernels read the rows they update
     table, variables = self.table, self.variables
     sparse_update.optimizer_of(table)
-    if kernel_ops.in_place_here(variables):
-      return self.prepare_parts([(table.name, ids, grads)], lr)[0]
-    # Several mirrored copies, outside a replica: TensorFlow's mirrored ops.
     finite = kernel_ops.check_rows(table, variables, ids, grads, lr)
+    if kernel_ops.in_place_here(variables):
+      return Pending(finite, lambda: kernel_ops.apply_rows(
+          table, variables, ids, grads, lr))
+    # Several mirrored copies, outside a replica: TensorFlow's mirrored ops.
     return Pending(finite, lambda: sparse_update.write_rows(
         table, variables, ids,
         sparse_update.new_rows(table, variables, ids, grads, lr)))
-
-  def prepare_parts(self, parts, lr) -> List[Pending]:
-    """Per part, `(table name, ids, grads)` of a table whose rows sit in
-    this path's variables, its update with this path's optimizer, in
-    place: the first part's write writes them all."""
-    table, variables = self.table, self.variables
-    finite = kernel_ops.check_parts(table, variables, parts, lr)
-    return [Pending(finite[0], lambda: kernel_ops.apply_parts(
-        table, variables, parts, lr))] + [
-            Pending(f, lambda: None) for f in finite[1:]]
-
-  def shares_update(self, other: "_Path") -> bool:
-    """Whether `other`'s update is this one's: tables stacked in one
-    variable, with one optimizer, updated in place."""
-    return (isinstance(other, FusedTable) and
-            other.variables["parameters"] is self.variables["parameters"] and
-            other.table.optimizer is self.table.optimizer and
-            kernel_ops.in_place_here(self.variables))
-
-
-def update_groups(paths: Sequence[_Path]) -> List[List[int]]:
-  """The indices of `paths`, grouped by the update they share
-  (`FusedTable.shares_update`); every other path alone."""
-  groups: List[List[int]] = []
-  for i, path in enumerate(paths):
-    for group in groups:
-      first = paths[group[0]]
-      if isinstance(first, FusedTable) and first.shares_update(path):
-        group.append(i)
-        break
-    else:
-      groups.append([i])
-  return groups
-
-
-def prepare(updates, lr, global_batch: bool) -> List[Pending]:
-  """The updates of one group of `update_groups`, one per table: `updates`
-  are its paths' `(path, batch, ids, grads)`, `lr` their learning rate."""
-  if len(updates) == 1:
-    path, batch, ids, grads = updates[0]
-    return [path.prepare(batch, ids, grads, lr, global_batch)]
-  return updates[0][0].prepare_parts(
-      [(path.table.name, ids, grads) for path, _, ids, grads in updates], lr)
 
 
 def checked(table_name: str, grads, raising: bool):

@@ -40,12 +40,16 @@ class TableStore:
     tables: the resolved `TableConfig`s (`tfemb.resolution`).
     strategy: the strategy the engine was created under.
     options: the engine's `tfemb.options.Options`.
+    slot_initializers: by table name, its slots' initializers where they
+      are not the optimizer's (`tfemb.sparsecore.stacked_variables`).
   """
 
-  def __init__(self, tables: List[Any], strategy, options):
+  def __init__(self, tables: List[Any], strategy, options,
+               slot_initializers: Optional[Dict[str, List[Any]]] = None):
     self._tables = tables
     self._strategy = strategy
     self._options = options
+    self._slot_initializers = slot_initializers or {}
     self.partitioner = None  # `TPUEmbedding.table_partitioner`
 
   @property
@@ -86,7 +90,8 @@ class TableStore:
     """
     table_shape = (table.vocabulary_size, table.dim)
     names = _slot_names(table)
-    inits = (table.optimizer._slot_initializers() if table.optimizer else [])  # pylint: disable=protected-access
+    inits = self._slot_initializers.get(table.name) or (
+        table.optimizer._slot_initializers() if table.optimizer else [])  # pylint: disable=protected-access
     storage = None
     if interleaved_tables.wanted(table, self.partitioned, self._options):
       width = (1 + len(names)) * table.dim

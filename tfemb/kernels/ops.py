@@ -5,8 +5,8 @@ take them: the kernels on in `opts` (`tfemb.options`) and built, a lazy
 rule, resource variables on the CPU, plain or mirrored (`MirroredStrategy`,
 `MultiWorkerMirroredStrategy`: each replica's kernels work on its own
 copy), not sharded over parameter servers, not on a GPU. Each function
-below is one op per table (per stacked variable for `*_parts`), run by the
-build this process loaded (`build.load`):
+below is one op per table, run by the build this process loaded
+(`build.load`):
 
 * `dedup_gather(table, ids, ...)`: the distinct ids of every feature of the
   table, each id's position among them, and each id's row; ids outside
@@ -16,9 +16,7 @@ build this process loaded (`build.load`):
 * `apply_rows(table, variables, ids, grads, lr)`: the table's optimizer on
   those rows, in place (docs/numerics.md, "The update"; lazy);
   `check_rows(...)`, with the same arguments: whether it would leave them
-  and their slots finite, writing nothing. `apply_parts` and `check_parts`:
-  the same for several tables stacked in one variable with one optimizer
-  (`TPUEmbeddingV2`), one op for all of them, naming each in its errors.
+  and their slots finite, writing nothing.
 * `read_columns`, `write_columns`, `split_columns`, `rejoin_columns`: an
   interleaved table's columns, read, written, and saved without a second
   copy of the table.
@@ -54,9 +52,8 @@ for _op in ("TfembDedupGather", "TfembRowGradients", "TfembApplyRows",
             "TfembWriteColumns", "TfembSplitColumns", "TfembRejoinColumns"):
   tf.no_gradient(_op)
 # A lookup, and the check of an update, only read their table (under a
-# shared lock): in a tf.function, those of tables stacked in one variable
-# run side by side, ordered only after the writes before them, as
-# TensorFlow's own ResourceGather.
+# shared lock): in a tf.function they are ordered only after the writes
+# before them, as TensorFlow's own ResourceGather.
 for _op in ("TfembDedupGather", "TfembCheckRows"):
   auto_control_deps_utils.register_read_only_resource_op(_op)
 
@@ -180,7 +177,7 @@ def dedup_gather(table, variable, ids: Sequence[tf.Tensor],
 
   `variable`: the table's parameters, a plain variable or a column view of
   an interleaved table (whose storage the kernel reads). `remap`: for a
-  table stacked in a bigger variable (`tfemb.host.tables.Remap`), ids are
+  table in the SparseCore's layout (`tfemb.host.tables.Remap`), ids are
   checked against its own vocabulary and `unique_ids` are the variable's
   rows.
   """
@@ -220,45 +217,36 @@ def update_attributes(opt) -> Dict[str, Any]:
           opt.multiply_weight_decay_factor_by_learning_rate))
 
 
-def _rows_op(op, table, variables, parts, lr):
+def _rows_op(op, table, variables, ids, grads, lr):
+  """`op` (TfembApplyRows or TfembCheckRows) on the table's rows `ids`.
+  The kernels take several parts (tables sharing one variable and
+  optimizer, disjoint rows); the engine gives each table a variable of its
+  own, so one part."""
   opt = table.optimizer
   interleaved = bool(_row_width(variables["parameters"]))
   slots = [] if interleaved else [
       _handle(variables[n]) for n in optimizers.identify(opt).slots]
-  names, ids, grads = zip(*parts)
   return op(
       parameters=_handle(variables["parameters"]), slots=slots,
-      ids=list(ids), gradients=list(grads), learning_rate=lr,
-      table_names=list(names), interleaved=interleaved,
+      ids=[ids], gradients=[grads], learning_rate=lr,
+      table_names=[table.name], interleaved=interleaved,
       **update_attributes(opt))
 
 
-def apply_parts(table, variables, parts, lr):
-  """The optimizer of `table` on rows of its variables, in place: `parts`
-  are `(table name, ids, grads)`, one per table whose rows sit in these
-  variables (disjoint rows; a table stacked with others as on a
-  SparseCore), one op for all.
+def apply_rows(table, variables, ids, grads, lr):
+  """The optimizer of `table` on rows `ids` of its variables, in place.
 
   `variables`: the table's, by name ("parameters" and each slot's). When
   the parameters are a column view of an interleaved table, its storage
   holds the slots too: [rows, (1 + slots) x dim], the parameters first,
   then each slot in the optimizer's order.
   """
-  return _rows_op(_library().tfemb_apply_rows, table, variables, parts, lr)
-
-
-def check_parts(table, variables, parts, lr) -> List[tf.Tensor]:
-  """Per part, whether `apply_parts` with these arguments would leave every
-  touched row of the table and its slots finite (bool scalars); writes
-  nothing."""
-  return _rows_op(_library().tfemb_check_rows, table, variables, parts, lr)
-
-
-def apply_rows(table, variables, ids, grads, lr):
-  """`apply_parts` of the one table: its optimizer on rows `ids`."""
-  return apply_parts(table, variables, [(table.name, ids, grads)], lr)
+  return _rows_op(_library().tfemb_apply_rows, table, variables, ids, grads,
+                  lr)
 
 
 def check_rows(table, variables, ids, grads, lr) -> tf.Tensor:
-  """`check_parts` of the one table: a bool scalar."""
-  return check_parts(table, variables, [(table.name, ids, grads)], lr)[0]
+  """Whether `apply_rows` with these arguments would leave every touched
+  row of the table and its slots finite (a bool scalar); writes nothing."""
+  return _rows_op(_library().tfemb_check_rows, table, variables, ids, grads,
+                  lr)[0]

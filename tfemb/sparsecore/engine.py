@@ -6,10 +6,11 @@ anywhere else it runs the same protocol on the host engine's parts, with
 the numbers TensorFlow 2.21 sends to the SparseCore (docs/sparsecore.md):
 
 * tables stacked as TensorFlow stacks them (`tfemb.sparsecore.layout`,
-  TensorFlow's own stacker): one variable per stacked table, keyed by its
-  name, of TensorFlow's padded shape, each id of a table at the row the
-  SparseCore keeps it in; the layouts are saved with a checkpoint as
-  TensorFlow saves them;
+  TensorFlow's own stacker): a stacked variable per stacked table, keyed
+  by its name, of TensorFlow's padded shape, each id of a table at the row
+  the SparseCore keeps it in, over each table's own variable, which the
+  host trains (`tfemb.sparsecore.stacked_variables`); the layouts are
+  saved with a checkpoint as TensorFlow saves them;
 * the rules of docs/numerics.md on the global batch's summed gradient of
   the touched rows, without gradient or weight clipping
   (`tfemb.sparsecore.custom`), and `CustomOptimizer`s;
@@ -17,7 +18,6 @@ the numbers TensorFlow 2.21 sends to the SparseCore (docs/sparsecore.md):
   `embedding.apply_gradients(gradients, preserved)`.
 """
 
-import functools
 from typing import Any, Dict, Optional
 
 import tensorflow as tf
@@ -27,12 +27,10 @@ from tensorflow.python.trackable import base as trackable
 from tensorflow.python.trackable import data_structures
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
-from tfemb import interleaved_tables
 from tfemb import options as options_lib
 from tfemb import resolution
 from tfemb.host import feeding
 from tfemb.host import step
-from tfemb.host import tables as table_paths
 from tfemb.host import variables as variables_lib
 from tfemb.sparsecore import combiner as combiner_lib
 from tfemb.sparsecore import custom
@@ -40,6 +38,7 @@ from tfemb.sparsecore import enforce
 from tfemb.sparsecore import feeding as v2_feeding
 from tfemb.sparsecore import layout as layout_lib
 from tfemb.sparsecore import stacked as stacked_lib
+from tfemb.sparsecore import stacked_variables
 from tfemb.sparsecore import stats
 from tfemb.tpu import delegate
 
@@ -50,7 +49,8 @@ _DEFAULT_SC_PER_CHIP = 4  # TensorFlow's, when the hardware does not say
 class Preserved(dict):
   """What `embedding_lookup` hands to `apply_gradients`: keyed by stacked
   table name (as TensorFlow's partitioned tensors), each value the distinct
-  stacked rows of the batch, per table of the stack."""
+  rows the batch looks up, per table of the stack (rows of the table's own
+  variable)."""
 
 
 class TPUEmbeddingV2(autotrackable.AutoTrackable):
@@ -119,6 +119,9 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     self._policy = data_structures.NoDependency(
         step.NonFinitePolicy(self._strategy))
     self._adapter = data_structures.NoDependency(None)
+    # Makes each table's own variables (`tfemb.sparsecore.stacked`).
+    self._tables_holder = data_structures.NoDependency(
+        stacked_variables.TablesHolder())
     self._built = False
 
   # --- tables ---------------------------------------------------------------
@@ -130,7 +133,12 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
 
     @_no_autograph
     def create(*unused_strategy):
-      self._variables = self._store.create(self)
+      stacked, tables = stacked_variables.create(
+          self, self._tables_holder, self._stacking, self._table_config,
+          self._stacked, self._strategy, self._options)
+      # Tracked as `<stacked table>` and `<stacked table>/<slot>` only.
+      self._variables = data_structures.NoDependency(stacked)
+      self._tables = data_structures.NoDependency(tables)
       with self._strategy.scope():
         for table in self._config.tables:
           combiner = table.combiner
@@ -152,9 +160,10 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
             self._stacking.layouts_proto().SerializeToString()),
         tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY)
     self._train_paths = data_structures.NoDependency([
-        custom.training_path(t, self._variables[t.stacked_table_name],
+        custom.training_path(t, self._tables[user.name],
                              self._store.partitioned, self._options,
-                             self._remap(user.name, user.vocabulary_size))
+                             stacked_lib.remap(self._stacking, user.name,
+                                               user.vocabulary_size))
         for t, user in zip(self._stacked.tables, self._config.tables)])
     self._built = True
 
@@ -164,29 +173,20 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
       return None
     return self._combiner_vars[table.name]
 
-  def _remap(self, name: str, vocabulary_size: int) -> table_paths.Remap:
-    """Where table `name`'s ids sit in its stacked variable."""
-    layout = self._stacking.tables[name]
-    stacked = self._stacking.stacked_tables[layout.stacked_table_name]
-    return table_paths.Remap(
-        vocabulary_size,
-        (stacked.shape[0], self._stacking.num_sparse_cores,
-         stacked.rows_per_shard, layout.shard_row_offset, layout.rotation),
-        functools.partial(layout_lib.stacked_rows, self._stacking, name))
-
   def _maybe_build(self):
     if not self._built:
       with tf.init_scope():
         self.build()
 
   @property
-  def embedding_tables(self) -> Dict[str, tf.Variable]:
-    """The stacked tables, by stacked table name (TensorFlow's keys)."""
+  def embedding_tables(self) -> Dict[str, Any]:
+    """The stacked tables (`StackedVariable`s), by stacked table name
+    (TensorFlow's keys)."""
     self._maybe_build()
     return {name: v["parameters"] for name, v in self._variables.items()}
 
   @property
-  def variables(self) -> Dict[str, Dict[str, tf.Variable]]:
+  def variables(self) -> Dict[str, Dict[str, Any]]:
     """`{stacked table name: {"parameters": .., slot: ..}}`."""
     self._maybe_build()
     return {name: dict(v) for name, v in self._variables.items()}
@@ -213,8 +213,10 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
                           **kwargs):
     children = super()._trackable_children(save_type, **kwargs)
     if save_type == trackable.SaveType.SAVEDMODEL and self._built:
-      # A SavedModel tracks the storage its interleaved views read.
-      children.update(interleaved_tables.savedmodel_children(self._variables))
+      # A SavedModel holds the variables its functions read: the tables'
+      # own (or the storage their interleaved views read), not the stacked
+      # views of them.
+      children = stacked_variables.savedmodel_children(children, self._tables)
     return children
 
   def _lookup_dependency(self, name, cached_dependencies=None):

@@ -1,11 +1,12 @@
 """The SparseCore generation (`tfemb.TPUEmbeddingV2`) in SavedModels.
 
-Its tables are stacked (`tfemb.sparsecore.layout`). An inference export
-writes each user table on its own, `[vocabulary_size, dim]` in id order,
-without the stacking's padding rows and columns: an `UnstackedTable` reads
-the table's rows and columns of the stacked variable when the save writes
-them. A full save (`tf.saved_model.save` of the model) looks the ids up in
-the live stacked variables at their stacked rows.
+Its tables are stacked (`tfemb.sparsecore.layout`); the host keeps each
+in a variable of its own, in the SparseCore's row order with padding
+(`tfemb.sparsecore.stacked`). An inference export writes each user table
+on its own, `[vocabulary_size, dim]` in id order, without the padding rows
+and columns: an `UnstackedTable` reads the table's rows and columns when
+the save writes them. A full save (`tf.saved_model.save` of the model)
+looks the ids up in the tables' live variables at their rows.
 
 Either way the serving function takes any batch size: a feature whose
 per-replica `output_shape` has rank 1 (one activation per example) is
@@ -25,6 +26,7 @@ from tfemb.host import feeding
 from tfemb.host.variables import gather_rows
 from tfemb.sparsecore import combiner as combiner_lib
 from tfemb.sparsecore import feeding as v2_feeding
+from tfemb.sparsecore import stacked as stacked_lib
 
 
 def is_stacked(engine) -> bool:
@@ -33,20 +35,20 @@ def is_stacked(engine) -> bool:
 
 
 class UnstackedTable:
-  """One table's parameters inside its stacked variable: the source of its
+  """One table's parameters in its own variable: the source of its
   `tfemb.export.ServingTable`, read (only this table's rows and columns)
   when the save writes it."""
 
-  def __init__(self, stacked: tf.Variable, remap, dim: int):
-    self._stacked = stacked
+  def __init__(self, variable: tf.Variable, remap, dim: int):
+    self._variable = variable
     self._remap = remap
     self.shape = tf.TensorShape([remap.vocabulary_size, dim])
-    self.dtype = stacked.dtype
-    self.device = stacked.device
+    self.dtype = variable.dtype
+    self.device = variable.device
 
   def _saved_value(self) -> tf.Tensor:
     ids = tf.range(self._remap.vocabulary_size, dtype=tf.int64)
-    rows = gather_rows(self._stacked, self._remap.rows_of(ids))
+    rows = gather_rows(self._variable, self._remap.rows_of(ids))
     dim = self.shape[1]
     return rows if rows.shape[1] == dim else rows[:, :dim]
 
@@ -70,15 +72,14 @@ def unstacked(engine) -> Dict[str, UnstackedTable]:
 
 
 def stacked(engine):
-  """`(tables, remaps)` by user table name: the live stacked variables, and
-  where each table's ids sit in them (for a full save)."""
+  """`(tables, remaps)` by user table name: each table's live variable,
+  and where its ids sit in it (for a full save)."""
   _check(engine)
   tables, remaps = {}, {}
-  # The trained tables (`tfemb.sparsecore.stacked`) name their stacked one.
-  for part, user in zip(engine._stacked.tables, engine._config.tables):  # pylint: disable=protected-access
-    tables[user.name] = engine._variables[part.stacked_table_name][  # pylint: disable=protected-access
-        "parameters"]
-    remaps[user.name] = engine._remap(user.name, user.vocabulary_size)  # pylint: disable=protected-access
+  for user in engine._config.tables:  # pylint: disable=protected-access
+    tables[user.name] = engine._tables[user.name]["parameters"]  # pylint: disable=protected-access
+    remaps[user.name] = stacked_lib.remap(engine._stacking, user.name,  # pylint: disable=protected-access
+                                          user.vocabulary_size)
   return tables, remaps
 
 

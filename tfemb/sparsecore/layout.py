@@ -281,6 +281,28 @@ def stacked_rows_numpy(stacking: Stacking, table_name: str,
   return ((ids % n + rotation) % n) * per_shard + offset + ids // n
 
 
+def table_rows(stacking: Stacking, table_name: str, ids: Any) -> tf.Tensor:
+  """The rows of `ids` in the host's variable of `table_name` alone
+  (`tfemb.sparsecore.stacked_variables`): its rows of each SparseCore
+  shard of the stacked variable, shard after shard,
+  `((ids mod N + rotation) mod N) * P + ids div N` with P the table's
+  padded rows / N (TF ops, in the dtype of `ids`)."""
+  n, rotation, _, _ = _row_parameters(stacking, table_name)
+  per_shard = stacking.tables[table_name].padded_vocabulary_size // n
+  ids = tf.convert_to_tensor(ids)
+  shard = tf.math.floormod(tf.math.floormod(ids, n) + rotation, n)
+  return shard * per_shard + tf.math.floordiv(ids, n)
+
+
+def table_rows_numpy(stacking: Stacking, table_name: str,
+                     ids: Any) -> np.ndarray:
+  """`table_rows` in numpy (int64)."""
+  n, rotation, _, _ = _row_parameters(stacking, table_name)
+  per_shard = stacking.tables[table_name].padded_vocabulary_size // n
+  ids = np.asarray(ids, dtype=np.int64)
+  return ((ids % n + rotation) % n) * per_shard + ids // n
+
+
 def _check_keys(given: Mapping[str, Any], expected, what: str):
   if set(given) != set(expected):
     raise ValueError(f"Expected arrays for the {what} {sorted(expected)}; "
