@@ -116,8 +116,8 @@ def test_a_built_library_is_reused_without_compiling(monkeypatch):
 
 # Three steps of every rule the kernels implement, with clipping and weight
 # decay, rows of 37 floats (not a multiple of any vector width), with the
-# kernels compiled for -march=argv[2] into cache argv[3]; saves the tables
-# to argv[1].
+# kernels compiled for -march=argv[2] (in the machine's kernel cache);
+# saves the tables to argv[1] and prints the library it loaded.
 _EVERY_RULE = """
 import sys
 import numpy as np
@@ -125,8 +125,9 @@ import tensorflow as tf
 import tfemb
 from tfemb.kernels import build
 
-tfemb.options.set(kernel_march=sys.argv[2], kernel_cache=sys.argv[3])
+tfemb.options.set(kernel_march=sys.argv[2])
 assert build.load() is not None
+print(build.library_path())
 optimizers = {
     "sgd": tfemb.SGD(0.3, clipvalue=(-0.4, 0.5), weight_decay_factor=0.01,
                      clip_weight_min=-2.0, clip_weight_max=2.5),
@@ -172,18 +173,20 @@ def test_every_cpu_target_computes_the_same_floats(tmp_path):
   # units here); every rule must give the same bits as the compiler's
   # default target (the option kernel_march=""; x86-64 here): no fused
   # multiply-adds, correctly rounded sqrt and division, pow from libm.
-  results = {}
+  # Both builds are of this source, cached where every test's kernels are
+  # (each compiled once per machine).
+  results, libraries = {}, set()
   for march in ("native", ""):
     out = tmp_path / f"{march or 'default'}.npz"
     done = subprocess.run(
-        [sys.executable, "-c", _EVERY_RULE, str(out), march,
-         str(tmp_path / "cache")], cwd=ROOT, capture_output=True, text=True,
+        [sys.executable, "-c", _EVERY_RULE, str(out), march], cwd=ROOT,
+        capture_output=True, text=True,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=300,
         check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     results[march] = dict(np.load(out))
-  assert len([f for f in os.listdir(tmp_path / "cache")
-              if f.endswith(".so")]) == 2  # one build per target
+    libraries.add(done.stdout.strip().splitlines()[-1])
+  assert len(libraries) == 2  # one build per target
   for name, native in results["native"].items():
     np.testing.assert_array_equal(native, results[""][name],
                                   err_msg=name)

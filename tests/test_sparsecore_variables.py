@@ -15,6 +15,7 @@ from tensorflow.python.trackable import autotrackable
 
 import reference
 import tfemb
+from tfemb import initialization
 from test_sparsecore_checkpoints import rows
 from test_sparsecore_engine import BATCH, DIM, VOCAB, make
 
@@ -240,3 +241,28 @@ def test_a_slot_creation_fn_makes_each_tables_slots():
   for key, value in state(plain).items():
     np.testing.assert_allclose(state(custom)[key], value, rtol=1e-6,
                                err_msg=key)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adagrad"])
+@pytest.mark.parametrize("blocks", [False, True], ids=["whole", "in_blocks"])
+def test_big_tables_are_filled_in_place_at_their_rows(optimizer, blocks,
+                                                      monkeypatch):
+  """Each id's initial row at its stacked row, padding zero, whether a
+  table is initialized whole or (big) block by block in place (here with
+  blocks of 5 rows); TensorFlow's `RowIdInitializer` makes every row its
+  own id, plus an offset."""
+  if blocks:
+    monkeypatch.setattr(initialization, "BLOCK_BYTES", 5 * 8 * 4)
+  tables = {n: tfemb.TableConfig(VOCAB[n], DIM[n], name=n,
+                                 initializer=tfemb.RowIdInitializer(offset=k))
+            for k, n in enumerate(VOCAB)}
+  opt = tfemb.SGD(LR) if optimizer == "sgd" else tfemb.Adagrad(LR)
+  embedding = tfemb.TPUEmbeddingV2(
+      {n: tfemb.FeatureConfig(t, output_shape=[BATCH])
+       for n, t in tables.items()}, opt)
+  embedding.build()
+  want = stacked_array(embedding, {
+      n: np.tile(np.arange(VOCAB[n], dtype=np.float32)[:, None] + k,
+                 (1, DIM[n])) for k, n in enumerate(VOCAB)})
+  np.testing.assert_array_equal(embedding.embedding_tables[STACK].numpy(),
+                                want)
