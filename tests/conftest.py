@@ -25,11 +25,27 @@ collect_ignore = ([] if tf_versions.at_least(tf_versions.STACKER_ADDED_IN)
                   else ["test_sparsecore_layout.py"])
 
 
-def pytest_collection_modifyitems(items):
+# ci/passes.sh runs the suite twice: under Keras 3 and under tf_keras.
+PASS_FLAVOUR = ("tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS", "0")
+                .lower() in ("1", "true") else "keras3")
+
+
+def pytest_collection_modifyitems(config, items):
   """`@pytest.mark.requires_tensorflow("2.17")`: a test of what TensorFlow
   added in that version (the SparseCore host engine needs its stacker) does
   not apply to an older one, where tfemb refuses the feature with a version
-  error (tests/test_tf_versions.py checks each)."""
+  error (tests/test_tf_versions.py checks each).
+
+  `@pytest.mark.runs_under("tf_keras")` (or "keras3"), on a test or a
+  parameter: the test's processes run under that Keras flavour whatever
+  the pass's, so it does the same work in both passes; it is kept in that
+  flavour's pass and deselected in the other, and runs once."""
+  kept = [item for item in items
+          if all(mark.args[0] == PASS_FLAVOUR
+                 for mark in item.iter_markers("runs_under"))]
+  if len(kept) < len(items):
+    config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+    items[:] = kept
   for item in items:
     for mark in item.iter_markers("requires_tensorflow"):
       if not tf_versions.at_least(mark.args[0]):

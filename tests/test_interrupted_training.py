@@ -47,9 +47,12 @@ def reference_run(tmp_path_factory, mode, legacy_keras):
 
 @pytest.mark.parametrize("kill", ["KILL_AT_STEP", "KILL_IN_SAVE"])
 @pytest.mark.parametrize("mode,legacy_keras", [
-    ("fit", False), ("fit", True), ("manager", False)],
-    ids=["BackupAndRestore-keras3", "BackupAndRestore-tf_keras",
-         "CheckpointManager"])
+    pytest.param("fit", False, id="BackupAndRestore-keras3",
+                 marks=pytest.mark.runs_under("keras3")),
+    pytest.param("fit", True, id="BackupAndRestore-tf_keras",
+                 marks=pytest.mark.runs_under("tf_keras")),
+    pytest.param("manager", False, id="CheckpointManager",
+                 marks=pytest.mark.runs_under("keras3"))])
 def test_killed_and_restarted_run_equals_uninterrupted(
     tmp_path, tmp_path_factory, mode, legacy_keras, kill):
   expected = reference_run(tmp_path_factory, mode, legacy_keras)

@@ -48,9 +48,11 @@ def finish(process):
   return json.loads(stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("mode,legacy_keras", [("fit", True),
-                                               ("loop", False)],
-                         ids=["model.fit-tf_keras", "tape_loop-keras3"])
+@pytest.mark.parametrize("mode,legacy_keras", [
+    pytest.param("fit", True, id="model.fit-tf_keras",
+                 marks=pytest.mark.runs_under("tf_keras")),
+    pytest.param("loop", False, id="tape_loop-keras3",
+                 marks=pytest.mark.runs_under("keras3"))])
 def test_two_workers_equal_one_process(tmp_path, mode, legacy_keras):
   with ports.reserved(2) as reserved:
     cluster = {"worker": [f"127.0.0.1:{p}" for p in reserved]}
@@ -73,6 +75,7 @@ def test_two_workers_equal_one_process(tmp_path, mode, legacy_keras):
   assert not np.allclose(expected["accumulators"], 0.1)
 
 
+@pytest.mark.runs_under("keras3")
 def test_two_workers_train_tpu_embedding_v2_on_the_global_batch(tmp_path):
   """The host TPUEmbeddingV2 under MultiWorkerMirroredStrategy (2 processes,
   each laid out for 2 chips) ends with the tables and Adagrad slots of one

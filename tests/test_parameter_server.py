@@ -90,6 +90,7 @@ def test_sharded_tables_train_like_one_process_and_checkpoints_move(
   assert_same(dict(np.load(again / "restored.npz")), expected)
 
 
+@pytest.mark.runs_under("tf_keras")
 def test_model_fit_with_a_dataset_creator_under_tf_keras(cluster, tmp_path):
   """The Keras layer under ParameterServerStrategy with tf_keras' model.fit
   and a DatasetCreator (Keras 3 has no ParameterServerStrategy support in
