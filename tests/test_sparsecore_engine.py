@@ -526,3 +526,70 @@ def test_a_weighted_custom_combiner_trains_its_weights_by_sgd():
   np.testing.assert_allclose(
       embedding._combiner_weights(  # pylint: disable=protected-access
           embedding._config.tables[0]).numpy(), cw, rtol=1e-5)  # pylint: disable=protected-access
+
+
+def test_custom_optimizer_and_combiner_under_mirrored_sum_the_global_batch():
+  """Two replicas, each with its own examples: the combiner weights and the
+  custom Adagrad's rows and slot get the global batch's summed gradients,
+  the same on both replicas' copies."""
+  strategy = _mirrored(2)
+  combiner = tfemb.CustomCombiner(
+      _weighted_combiner, max_valency=2, num_weights=2,
+      initializer=tf.constant_initializer([1.0, 0.5]),
+      combiner_weights_learning_rate=0.1)
+  optimizer = tfemb.CustomOptimizer(
+      helpers.adagrad_like, learning_rate=0.2, slot_names=["acc"],
+      slot_initializers=[tf.constant_initializer(0.5)],
+      hyperparameters=[lambda: 1.5])
+  init = np.arange(40, dtype=np.float32).reshape(10, 4) / 10
+  table = tfemb.TableConfig(10, 4, name="t", combiner=combiner,
+                            initializer=tf.constant_initializer(init))
+  with strategy.scope():
+    embedding = tfemb.TPUEmbeddingV2(
+        {"f": tfemb.FeatureConfig(table, output_shape=[2])}, optimizer)
+    embedding.build()
+  rows = [[[1, 4, 7], [4]], [[4, 2], [9, 1]]]  # per replica; 7 is dropped
+  coef = np.array([[[1.0, -2.0, 0.5, 0.0], [0.3, 0.3, 0.3, 0.3]],
+                   [[0.2, 0.1, -0.4, 1.0], [-1.0, 0.5, 0.5, 2.0]]])
+  ids = strategy.experimental_distribute_values_from_function(
+      lambda ctx: tf.ragged.constant(rows[ctx.replica_id_in_sync_group],
+                                     dtype=tf.int64))
+  grads = strategy.experimental_distribute_values_from_function(
+      lambda ctx: tf.constant(coef[ctx.replica_id_in_sync_group], tf.float32))
+
+  @tf.function
+  def step(ids, grads):
+    def replica_fn(ids, grads):
+      activations, preserved = embedding({"f": ids})
+      embedding.apply_gradients({"f": grads}, preserved)
+      return activations["f"]
+    return strategy.run(replica_fn, (ids, grads))
+
+  w, cw = init.astype(np.float64), np.array([1.0, 0.5])
+  acc = np.full((10, 4), 0.5)
+  for _ in range(2):
+    activations = strategy.experimental_local_results(step(ids, grads))
+    row_grads, weight_grads = {}, np.zeros(2)
+    for replica, (examples, c) in enumerate(zip(rows, coef)):
+      want = [sum(cw[p] * w[i] for p, i in enumerate(r[:2]))
+              for r in examples]
+      np.testing.assert_allclose(activations[replica].numpy(), want,
+                                 rtol=1e-5)
+      for b, r in enumerate(examples):
+        for p, i in enumerate(r[:2]):
+          row_grads[i] = row_grads.get(i, 0.0) + cw[p] * c[b]
+          weight_grads[p] += c[b] @ w[i]
+    for i, g in row_grads.items():
+      acc[i] += g * g
+      w[i] -= 1.5 * 0.2 * g / np.sqrt(acc[i])
+    cw -= 0.1 * weight_grads
+  stacking = embedding._stacking  # pylint: disable=protected-access
+  for key, want in (("parameters", w), ("acc", acc)):
+    for copy in embedding.variables["t"][key].values:
+      got = layout.to_unstacked(stacking, {"t": copy.numpy()})["t"]
+      np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=key)
+  weights = embedding._combiner_weights(  # pylint: disable=protected-access
+      embedding._config.tables[0])  # pylint: disable=protected-access
+  assert len(weights.values) == 2
+  for copy in weights.values:
+    np.testing.assert_allclose(copy.numpy(), cw, rtol=1e-5)

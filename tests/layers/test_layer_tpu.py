@@ -411,7 +411,6 @@ def test_v2_hands_the_preserved_outputs_back(monkeypatch, log):
   on_tpu(monkeypatch, EmbeddingFeature.V2)
   feature_config, optimizer = make_configs(output_shapes=True)
   layer = tfemb.layers.TPUEmbedding(feature_config, optimizer)
-  batch = features()
   activations, _ = train_step(layer)
   assert_gradients(activations, _ACTIVATIONS, feature_config)
   ((_, looked_up, weights, preserved),) = calls(log, "lookup")

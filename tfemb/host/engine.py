@@ -286,7 +286,6 @@ class HostEmbedding(autotrackable.AutoTrackable):
     config = self._config
     feature_ids, flat, flat_weights = feeding.flat_inputs(config, features,
                                                           weights, False)
-    fixed = None
     if tpu_rules:
       for path, x in zip(config.paths, flat):  # before any shape is fixed
         error = inputs.input_shape_error(path, x)

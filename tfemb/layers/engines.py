@@ -32,7 +32,7 @@ The TPU adapters follow tensorflow-recommenders' layer call for call
 (`_tpu_embedding_lookup`, `build`, `embedding_tables`).
 """
 
-from typing import Any, Dict, List
+from typing import Dict, List
 
 import tensorflow as tf
 from tensorflow.python.saved_model import save_context  # pylint: disable=g-direct-tensorflow-import

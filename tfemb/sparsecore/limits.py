@@ -26,7 +26,7 @@ steps 2 and 3 keep, or the error they raise. NumPy on one chip's batch.
 """
 
 import dataclasses
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
