@@ -221,15 +221,8 @@ class ColumnView(tf.Variable, core.Tensor):
 
   def assign(self, value, use_locking=None, name=None, read_value=True):
     del use_locking, name
-    value = tf.convert_to_tensor(value, self.dtype)
-    if not value.shape.is_compatible_with(self.shape):
-      raise ValueError(f"Cannot assign a value of shape {value.shape} to "
-                       f"{self.name} of shape {self.shape}.")
-    op = self._write(value, 0)
-    if read_value:
-      with tf.control_dependencies([op]):
-        return self.value()
-    return op
+    return assigned(self, self._write(assign_value(self, value), 0),
+                    read_value)
 
   def assign_add(self, delta, use_locking=None, name=None, read_value=True):
     return self.assign(self.value() + delta, read_value=read_value)
@@ -351,6 +344,24 @@ class ColumnView(tf.Variable, core.Tensor):
           name=self._shared_name)
     object_map[self].assign(
         kernel_ops.read_columns(self._storage, self._begin, self._dim))
+
+
+def assign_value(variable, value) -> tf.Tensor:
+  """`value` to assign to a view-like `variable`: of its dtype, and of its
+  shape, or refused as `tf.Variable.assign` refuses it."""
+  value = tf.convert_to_tensor(value, variable.dtype)
+  if not value.shape.is_compatible_with(variable.shape):
+    raise ValueError(f"Cannot assign a value of shape {value.shape} to "
+                     f"{variable.name} of shape {variable.shape}.")
+  return value
+
+
+def assigned(variable, op, read_value: bool):
+  """What `assign` returns once `op` wrote it: the new value, or `op`."""
+  if read_value:
+    with tf.control_dependencies([op]):
+      return variable.value()
+  return op
 
 
 def _tensor(view, dtype=None, name=None, as_ref=False):

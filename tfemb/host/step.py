@@ -176,14 +176,15 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
   # Every learning rate (a callable is called here) before any write: one
   # per table, and one per stack of tables laid out as on a SparseCore,
   # which share the stack's optimizer.
-  rates, by_stack = [], {}
+  rates, stack_rates = [], {}
   for path, _, _, _ in updates:
     stack = getattr(path.table, "stacked_table_name", None)
-    if stack is None or stack not in by_stack:
+    if stack not in stack_rates:
       lr, lr_checks = update_rules.checked_learning_rate(path.table)
       checks += lr_checks
-      by_stack[stack] = lr
-    rates.append(by_stack[stack])
+      if stack is not None:
+        stack_rates[stack] = lr
+    rates.append(stack_rates.get(stack, lr))
   checks += [c for u in more for c in u.checks]
   counting = resolution.counting_learning_rates(config.tables)
 

@@ -29,7 +29,8 @@ _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
 _VALUE_KEY = "VARIABLE_VALUE"
 
 
-def _slot_names(table) -> List[str]:
+def slot_names(table) -> List[str]:
+  """The names of the table's optimizer's slots, in its order."""
   return table.optimizer._slot_names() if table.optimizer else []  # pylint: disable=protected-access
 
 
@@ -51,6 +52,13 @@ class TableStore:
     self._options = options
     self._slot_initializers = slot_initializers or {}
     self.partitioner = None  # `TPUEmbedding.table_partitioner`
+
+  def like(self, tables: List[Any],
+           slot_initializers: Optional[Dict[str, List[Any]]] = None
+          ) -> "TableStore":
+    """A store of `tables` under this one's strategy and options."""
+    return TableStore(tables, self._strategy, self._options,
+                      slot_initializers)
 
   @property
   def partitioned(self) -> bool:
@@ -89,7 +97,7 @@ class TableStore:
     column views of one variable, under the same names and initializers.
     """
     table_shape = (table.vocabulary_size, table.dim)
-    names = _slot_names(table)
+    names = slot_names(table)
     inits = self._slot_initializers.get(table.name) or (
         table.optimizer._slot_initializers() if table.optimizer else [])  # pylint: disable=protected-access
     storage = None
@@ -205,7 +213,7 @@ class TableStore:
   def check_checkpoint_child(self, name: str) -> None:
     """Refuses a checkpoint child this configuration does not have: the
     checkpoint was saved with other tables or another optimizer."""
-    slots = {t.name: _slot_names(t) for t in self._tables}
+    slots = {t.name: slot_names(t) for t in self._tables}
     table, _, slot = name.partition("/")
     if table not in slots:
       raise ValueError(
@@ -267,7 +275,7 @@ def _shapes(table) -> Dict[str, Tuple[int, ...]]:
   names of their checkpoint children); a CustomOptimizer's 1-D slots
   (`slot_dims`) hold one value per row."""
   table_shape = (table.vocabulary_size, table.dim)
-  names = _slot_names(table)
+  names = slot_names(table)
   dims = getattr(table.optimizer, "slot_dims", ()) or ()
   dims = list(dims) + [2] * (len(names) - len(dims))
   shapes = {table.name: table_shape}

@@ -119,8 +119,7 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     self._policy = data_structures.NoDependency(
         step.NonFinitePolicy(self._strategy))
     self._adapter = data_structures.NoDependency(None)
-    # Makes each table's own variables (`tfemb.sparsecore.stacked`).
-    self._tables_holder = data_structures.NoDependency(
+    self._tables_holder = data_structures.NoDependency(  # tables' own
         stacked_variables.TablesHolder())
     self._built = False
 
@@ -134,8 +133,8 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     @_no_autograph
     def create(*unused_strategy):
       stacked, tables = stacked_variables.create(
-          self, self._tables_holder, self._stacking, self._table_config,
-          self._stacked, self._strategy, self._options)
+          self, self._tables_holder, self._stacking, self._store,
+          self._table_config, self._stacked)
       # Tracked as `<stacked table>` and `<stacked table>/<slot>` only.
       self._variables = data_structures.NoDependency(stacked)
       self._tables = data_structures.NoDependency(tables)

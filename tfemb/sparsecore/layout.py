@@ -253,17 +253,22 @@ def _row_parameters(stacking: Stacking, table_name: str):
           table.shard_row_offset)
 
 
+def _sharded_rows(ids, n: int, rotation: int, per_shard: int, offset: int):
+  """`((ids mod N + rotation) mod N) * per_shard + offset + ids div N`, in
+  numpy or TF ops (a tensor's `%` and `//` floor as numpy's do)."""
+  rows = ((ids % n + rotation) % n) * per_shard + ids // n
+  return rows + offset if offset else rows
+
+
 def layout_rows(layout: _Layout, ids: Any) -> tf.Tensor:
   """The rows of `ids` in the stacked variable, from the table's layout
   proto alone (as a checkpoint's `_sparse_core_table_layouts` holds it):
   `((ids mod N + rotation) mod N) * T + shard_row_offset + ids div N`, in
   the dtype of `ids` (TensorFlow's SparseCore takes int32 ids)."""
-  n = layout.num_sparse_cores
-  ids = tf.convert_to_tensor(ids)
-  shard = tf.math.floormod(
-      tf.math.floormod(ids, n) + layout.sparse_core_shard_rotation, n)
-  return (shard * layout.total_rows_per_sparse_core_shard +
-          layout.sparse_core_shard_row_offset + tf.math.floordiv(ids, n))
+  return _sharded_rows(tf.convert_to_tensor(ids), layout.num_sparse_cores,
+                       layout.sparse_core_shard_rotation,
+                       layout.total_rows_per_sparse_core_shard,
+                       layout.sparse_core_shard_row_offset)
 
 
 def stacked_rows(stacking: Stacking, table_name: str, ids: Any) -> tf.Tensor:
@@ -276,9 +281,14 @@ def stacked_rows(stacking: Stacking, table_name: str, ids: Any) -> tf.Tensor:
 def stacked_rows_numpy(stacking: Stacking, table_name: str,
                        ids: Any) -> np.ndarray:
   """`stacked_rows` in numpy (int64)."""
-  n, rotation, per_shard, offset = _row_parameters(stacking, table_name)
-  ids = np.asarray(ids, dtype=np.int64)
-  return ((ids % n + rotation) % n) * per_shard + offset + ids // n
+  return _sharded_rows(np.asarray(ids, dtype=np.int64),
+                       *_row_parameters(stacking, table_name))
+
+
+def _table_row_parameters(stacking: Stacking, table_name: str):
+  n, rotation, _, _ = _row_parameters(stacking, table_name)
+  per_shard = stacking.tables[table_name].padded_vocabulary_size // n
+  return n, rotation, per_shard, 0
 
 
 def table_rows(stacking: Stacking, table_name: str, ids: Any) -> tf.Tensor:
@@ -287,20 +297,15 @@ def table_rows(stacking: Stacking, table_name: str, ids: Any) -> tf.Tensor:
   shard of the stacked variable, shard after shard,
   `((ids mod N + rotation) mod N) * P + ids div N` with P the table's
   padded rows / N (TF ops, in the dtype of `ids`)."""
-  n, rotation, _, _ = _row_parameters(stacking, table_name)
-  per_shard = stacking.tables[table_name].padded_vocabulary_size // n
-  ids = tf.convert_to_tensor(ids)
-  shard = tf.math.floormod(tf.math.floormod(ids, n) + rotation, n)
-  return shard * per_shard + tf.math.floordiv(ids, n)
+  return _sharded_rows(tf.convert_to_tensor(ids),
+                       *_table_row_parameters(stacking, table_name))
 
 
 def table_rows_numpy(stacking: Stacking, table_name: str,
                      ids: Any) -> np.ndarray:
   """`table_rows` in numpy (int64)."""
-  n, rotation, _, _ = _row_parameters(stacking, table_name)
-  per_shard = stacking.tables[table_name].padded_vocabulary_size // n
-  ids = np.asarray(ids, dtype=np.int64)
-  return ((ids % n + rotation) % n) * per_shard + ids // n
+  return _sharded_rows(np.asarray(ids, dtype=np.int64),
+                       *_table_row_parameters(stacking, table_name))
 
 
 def _check_keys(given: Mapping[str, Any], expected, what: str):

@@ -28,7 +28,6 @@ import copy
 import functools
 from typing import Any, Callable, List, Sequence
 
-import numpy as np
 import tensorflow as tf
 from tensorflow.python.tpu import tpu_embedding_v3_utils  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.trackable import base as trackable  # pylint: disable=g-direct-tensorflow-import
@@ -56,14 +55,18 @@ def join(values: Sequence[tf.Tensor], rows: Sequence[int],
                     for value, r in zip(values, rows)], axis=0)
 
 
+def part(stacked: tf.Tensor, rows: Sequence[int], num_shards: int,
+         k: int) -> tf.Tensor:
+  """Table `k`'s value, from a `stacked` value: its rows of each shard."""
+  per_shard, first = sum(rows), sum(rows[:k])
+  return tf.concat([stacked[s * per_shard + first:s * per_shard + first +
+                            rows[k]] for s in range(num_shards)], axis=0)
+
+
 def split(stacked: tf.Tensor, rows: Sequence[int],
           num_shards: int) -> List[tf.Tensor]:
   """Each table's value, from a `stacked` value (`join`'s inverse)."""
-  per_shard = sum(rows)
-  offsets = np.cumsum([0] + list(rows[:-1]))
-  return [tf.concat([stacked[s * per_shard + o:s * per_shard + o + r]
-                     for s in range(num_shards)], axis=0)
-          for o, r in zip(offsets, rows)]
+  return [part(stacked, rows, num_shards, k) for k in range(len(rows))]
 
 
 def remap(stacking, table_name: str, vocabulary_size: int):
@@ -167,10 +170,8 @@ class RestoredTable:
     stacking = self._stacking
     stacked_name = stacking.tables[self._table_name].stacked_table_name
     names = stacking.stacked_tables[stacked_name].table_names
-    values = split(self._restored(dtype), rows_per_shard(stacking,
-                                                         stacked_name),
-                   stacking.num_sparse_cores)
-    return values[names.index(self._table_name)]
+    return part(self._restored(dtype), rows_per_shard(stacking, stacked_name),
+                stacking.num_sparse_cores, names.index(self._table_name))
 
 
 def stacked_config(config, stacking):
@@ -188,6 +189,8 @@ def stacked_config(config, stacking):
   stacked_tables, trained = [], {}
   for name, stacked in stacking.stacked_tables.items():
     members = [by_name[n] for n in stacked.table_names]
+    # Every member's, for its warning of ignored options; the first's is
+    # the stack's.
     optimizer = [custom.host_optimizer(m) for m in members][0]
     table = copy.copy(members[0])
     table.name = name

@@ -29,6 +29,7 @@ from tensorflow.python.trackable import autotrackable
 from tensorflow.python.trackable import base as trackable
 from tensorflow.python.training.saving import saveable_object  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import column_view
 from tfemb import initialization
 from tfemb import interleaved_tables
 from tfemb import replicas
@@ -129,18 +130,12 @@ class StackedVariable(trackable.Trackable):
   def assign(self, value, use_locking=None, name=None, read_value=True):
     """Writes `value` (the stacked shape) into its tables' variables."""
     del use_locking, name
-    value = tf.convert_to_tensor(value, self.dtype)
-    if not value.shape.is_compatible_with(self.shape):
-      raise ValueError(f"Cannot assign a value of shape {value.shape} to "
-                       f"{self.name} of shape {self.shape}.")
+    parts = stacked_lib.split(column_view.assign_value(self, value),
+                              self._rows, self._shards)
     ops = [table.assign(part, read_value=False)
-           for table, part in zip(
-               self._tables,
-               stacked_lib.split(value, self._rows, self._shards))]
-    if read_value:
-      with tf.control_dependencies([op for op in ops if op is not None]):
-        return self.value()
-    return tf.group([op for op in ops if op is not None])
+           for table, part in zip(self._tables, parts)]
+    return column_view.assigned(
+        self, tf.group([op for op in ops if op is not None]), read_value)
 
   def assign_add(self, delta, use_locking=None, name=None, read_value=True):
     return self.assign(self.value() + delta, read_value=read_value)
@@ -230,16 +225,12 @@ def _tensor(variable, dtype=None, name=None, as_ref=False):
 tf.register_tensor_conversion_function(StackedVariable, _tensor)
 
 
-def _slot_names(table) -> List[str]:
-  return table.optimizer._slot_names() if table.optimizer else []  # pylint: disable=protected-access
-
-
-def create(owner, holder, stacking, stacked_tables, trained, strategy,
-           options):
+def create(owner, holder, stacking, store, stacked_tables, trained):
   """The tables' variables and the stacked variables of the engine `owner`.
 
-  `stacked_tables`: the stacked tables' configs; `trained`: the configs of
-  the tables' own variables (`stacked_lib.stacked_config`). Returns
+  `stacked_tables`: the stacked tables' configs, and `store` their
+  `variables_lib.TableStore` (the engine's); `trained`: the configs of the
+  tables' own variables (`stacked_lib.stacked_config`). Returns
   `(stacked, tables)`: `{stacked table: {"parameters": StackedVariable,
   slot: StackedVariable}}`, tracked by `owner` under TensorFlow's names
   (`<stacked table>`, `<stacked table>/<slot>`), and `{table:
@@ -250,7 +241,7 @@ def create(owner, holder, stacking, stacked_tables, trained, strategy,
   A checkpoint restore pending for a stacked variable (restore-on-create)
   gives its tables' variables their initial values.
   """
-  shapes = variables_lib.TableStore(stacked_tables, strategy, options).shapes
+  shapes = store.shapes
   restored: Dict[str, stacked_lib.RestoredValue] = {}
   for name, shape in shapes.items():
     pending = _pending(owner, name)
@@ -266,16 +257,14 @@ def create(owner, holder, stacking, stacked_tables, trained, strategy,
     inits = []
     if table.optimizer is not None:
       defaults = table.optimizer._slot_initializers()  # pylint: disable=protected-access
-      for slot, default in zip(_slot_names(table), defaults):
+      for slot, default in zip(variables_lib.slot_names(table), defaults):
         name = f"{prefix}/{slot}"
         inits.append(stacked_lib.RestoredTable(stacking, table.name,
                                                restored[name])
                      if name in restored else default)
     slot_initializers[table.name] = inits
     tables.append(table)
-  store = variables_lib.TableStore(tables, strategy, options,
-                                   slot_initializers=slot_initializers)
-  own_variables = store.create(holder)
+  own_variables = store.like(tables, slot_initializers).create(holder)
   for value in restored.values():
     value.release()
 
@@ -286,7 +275,7 @@ def create(owner, holder, stacking, stacked_tables, trained, strategy,
     rows = stacked_lib.rows_per_shard(stacking, config.name)
     members = [own_variables[t] for t in names]
     views = {}
-    for slot in ["parameters"] + _slot_names(config):
+    for slot in ["parameters"] + variables_lib.slot_names(config):
       name = config.name if slot == "parameters" else f"{config.name}/{slot}"
       view = StackedVariable(name, [m[slot] for m in members], rows, n)
       views[slot] = _track(owner, name, view)
