@@ -6,11 +6,11 @@ that its tables are tfemb's and move, that the embedding optimizer's
 learning rate is Model Garden's schedule at every step, that the loss on
 a held batch falls and that a checkpoint restores (tests/workers/model_garden_worker.py).
 
-Model Garden is installed by `ci/install_clients.sh` (ci/setup.sh runs
-it); without it this file fails to load.
+Model Garden is installed by `ci/install_clients.sh` (ci/test.sh runs it)
+into a directory of its own beside the interpreter's packages (CLIENTS),
+which the worker gets on its path; without it this file fails to load.
 """
 
-import importlib.util
 import json
 import os
 import math
@@ -21,11 +21,12 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORKER = os.path.join(ROOT, "tests", "workers", "model_garden_worker.py")
+CLIENTS = os.path.join(sys.prefix, "clients")
 
-if importlib.util.find_spec("official") is None:
-  raise RuntimeError("Model Garden is not installed: run "
-                     "ci/install_clients.sh (ci/setup.sh, which the README's "
-                     "test command runs, does).")
+if not os.path.isdir(os.path.join(CLIENTS, "official", "recommendation")):
+  raise RuntimeError(f"Model Garden is not installed in {CLIENTS}: run "
+                     "ci/install_clients.sh (ci/test.sh, the README's test "
+                     "command, does).")
 
 
 @pytest.mark.parametrize("experiment,strategy", [
@@ -35,7 +36,8 @@ if importlib.util.find_spec("official") is None:
 ])
 def test_model_garden_trains_on_tfemb(experiment, strategy, tmp_path):
   env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2",
-             PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+             PYTHONPATH=os.pathsep.join(
+                 [ROOT, CLIENTS, os.environ.get("PYTHONPATH", "")]))
   done = subprocess.run([sys.executable, WORKER, experiment, strategy,
                          str(tmp_path)], capture_output=True, text=True,
                         env=env, timeout=600, check=False)

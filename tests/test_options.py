@@ -59,7 +59,7 @@ def test_defaults_come_from_the_environment():
 def test_without_the_environment_everything_is_on():
   assert options.get() == options.Options(
       fused_kernels=True, interleaved_slots=True, malloc_tuning=True,
-      kernel_march="native", kernel_cache=None)
+      kernel_march="auto", kernel_cache=None)
   assert options.get() == options.Options()
 
 
@@ -101,7 +101,7 @@ def test_a_block_left_out_of_order_takes_only_its_own_changes():
   thread.start()
   second_entered.wait()
   first.__exit__(None, None, None)
-  assert options.get().kernel_march == "native"
+  assert options.get().kernel_march == "auto"
   assert options.get().kernel_cache == "/tmp/elsewhere"
   first_left.set()
   thread.join()

@@ -59,8 +59,11 @@ class Options:
       This is process-wide: it changes how the whole process allocates,
       for every library in it, and is not undone. Decline it with
       `malloc_tuning=False`, set before the first engine is built.
-    kernel_march: `TFEMB_KERNEL_MARCH` [native]. The `-march` the kernels
-      are compiled for ("": the compiler's default target).
+    kernel_march: `TFEMB_KERNEL_MARCH` [auto]. Which build of the kernels:
+      "auto", the package's build for this CPU where it matches the
+      installed TensorFlow, else compiled here for "native"; any other
+      value is the `-march` to compile them for ("": the compiler's
+      default target) (`tfemb.kernels.build`).
     kernel_cache: `TFEMB_KERNEL_CACHE` [None: `$XDG_CACHE_HOME/tfemb` or
       `~/.cache/tfemb`]. Where compiled kernels are kept.
 
@@ -74,7 +77,7 @@ class Options:
   malloc_tuning: bool = dataclasses.field(
       default_factory=lambda: _flag("TFEMB_MALLOC_TUNING"))
   kernel_march: str = dataclasses.field(
-      default_factory=lambda: os.environ.get("TFEMB_KERNEL_MARCH", "native"))
+      default_factory=lambda: os.environ.get("TFEMB_KERNEL_MARCH", "auto"))
   kernel_cache: Optional[str] = dataclasses.field(
       default_factory=lambda: os.environ.get("TFEMB_KERNEL_CACHE") or None)
 

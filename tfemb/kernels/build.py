@@ -1,36 +1,52 @@
-"""Compiles the fused CPU kernels once per machine and loads them.
+"""Compiles the fused CPU kernels, and loads the build this process uses.
 
-`embedding_kernels.cc` and `column_split.cc` are compiled with the
-machine's C++ compiler against the installed TensorFlow's headers
-(`tf.sysconfig`) into one library for the machine's own CPU
-(`-march=native`: the rows' loops use AVX2 where it has it), in a cache
-directory keyed by the sources, the rule table generated from the
-optimizers' declarations (`rule_table`), TensorFlow's version, the flags
-and the CPU the compiler sees, so each machine and TensorFlow version
-builds it once and machines sharing a cache directory each get their own
-build. Without a compiler, or with the option
-`fused_kernels=False`, `load()` returns None and the host engine uses
-TensorFlow's own ops: the same numbers, slower.
+Where the kernels come from, in order (`load`):
 
-Options (`tfemb.options`): `fused_kernels`, `kernel_march` (the `-march`
-to compile for; "": the compiler's default target), `kernel_cache` (the
-cache directory; None: `$XDG_CACHE_HOME/tfemb` or `~/.cache/tfemb`, or a
-per-user temporary directory where those cannot be written). Environment:
-`CXX` (the compiler, default `c++`).
+1. The package's own builds (`tfemb.kernels.packaged`), compiled when tfemb
+   was installed for the TensorFlow installed then: used when that is the
+   TensorFlow imported now and the sources are the same, the best build
+   this CPU runs. No compiler is needed.
+2. A build in the kernel cache, compiled here on first use with the
+   machine's C++ compiler against the installed TensorFlow's headers
+   (`tf.sysconfig`): after a TensorFlow upgrade, in a source checkout, or
+   when `kernel_march` names a target. The cache directory is keyed by the
+   sources, the rule table generated from the optimizers' declarations
+   (`rule_table`), TensorFlow's version, the flags and what the compiler
+   makes of the target, so machines sharing a cache each get their own
+   build.
+3. None: the host engine uses TensorFlow's own ops (the same numbers,
+   slower), after one warning line that gives the cause and the remedy;
+   the compiler's whole output is in a log file the line names.
+
+A compile that fails tries safer targets before giving up (`_safer`):
+without the instruction-set extension whose header broke it (GCC 12
+rejects the AVX512-FP16 code of the Eigen TensorFlow bundles), then the
+compiler's default target. The build records the flags it used beside the
+library (`<library>.json`); `python -m tfemb.kernels` shows them.
+
+Options (`tfemb.options`): `fused_kernels`, `kernel_march` ("auto": the
+package's build, else compiled for `native`; "": the compiler's default
+target; any other `-march` value: compiled for it), `kernel_cache` (None:
+`$XDG_CACHE_HOME/tfemb` or `~/.cache/tfemb`, or a per-user temporary
+directory where those cannot be written). Environment: `CXX` (the
+compiler, default `c++`).
 
 A process loads one build: the kernels' ops have fixed names, so the first
 `load()` that finds a library is the one every later call returns.
 """
 
+import dataclasses
 import fcntl
 import functools
 import hashlib
+import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 import threading
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 import tensorflow as tf
@@ -46,13 +62,40 @@ HEADERS = [os.path.join(_HERE, "column_split.h")]
 # as TensorFlow's own kernels round it (also with -march's FMA units).
 # -fno-math-errno lets sqrt vectorize. Every vector width computes the same
 # floats: the rows' loops are element by element, sqrt and division are
-# correctly rounded, pow is libm's call.
+# correctly rounded, pow is libm's call. -Wfatal-errors: a target the
+# headers cannot take fails at its first error, in seconds.
 CXXFLAGS = ["-shared", "-fPIC", "-O3", "-fno-math-errno", "-ffp-contract=off",
-            "-w"]
+            "-w", "-Wfatal-errors"]
+AUTO = "auto"  # kernel_march: the package's build, else compiled for native
+
+# Eigen headers that only a target with an instruction-set extension
+# compiles, and the flag that leaves the extension out.
+_EXTENSION_HEADERS = {
+    "PacketMathFP16.h": "-mno-avx512fp16",
+    "TypeCastingFP16.h": "-mno-avx512fp16",
+}
+
+
+_REFUSED = "{} does not know this target"
 
 
 class KernelUnavailable(RuntimeError):
-  pass
+  """No build of the kernels: `reason` is one line, `log` the file with the
+  compiler's whole output (or None)."""
+
+  def __init__(self, reason: str, remedy: str, log: Optional[str] = None):
+    super().__init__(reason)
+    self.reason = reason
+    self.remedy = remedy
+    self.log = log
+
+  def warning(self) -> str:
+    text = (f"tfemb: fused CPU kernels unavailable: {self.reason}. The host "
+            f"engine uses TensorFlow's ops (same numbers, about 2x slower). "
+            f"{self.remedy}")
+    if self.log:
+      text += f" Compiler output: {self.log}"
+    return text
 
 
 def _usable_dir(path: str) -> bool:
@@ -63,29 +106,37 @@ def _usable_dir(path: str) -> bool:
   return os.access(path, os.W_OK)
 
 
+def _temporary_cache() -> str:
+  return os.path.join(tempfile.gettempdir(), f"tfemb-{os.getuid()}")
+
+
 def cache_dir(opts: Optional[options.Options] = None) -> str:
-  """`kernel_cache`, else the user's cache directory, else (when that
-  cannot be written, e.g. a read-only home) a per-user temporary one."""
+  """`kernel_cache`, else the user's cache directory; a per-user temporary
+  one where that cannot be written (a read-only home or cache)."""
   opts = options.get() if opts is None else opts
-  if opts.kernel_cache:
-    return opts.kernel_cache
-  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-      os.path.expanduser("~"), ".cache")
-  path = os.path.join(base, "tfemb")
+  path = opts.kernel_cache
+  if not path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache")
+    path = os.path.join(base, "tfemb")
   if _usable_dir(path):
     return path
-  return os.path.join(tempfile.gettempdir(), f"tfemb-{os.getuid()}")
+  return _temporary_cache()
 
 
 def compiler() -> str:
   return os.environ.get("CXX", "c++")
 
 
+def _march(march: str) -> str:
+  return "native" if march == AUTO else march
+
+
 def target(march: str) -> Tuple[List[str], str]:
   """The `-march` flags to compile for, and what the compiler makes of
   them, for the cache key: `native` names a different CPU on each machine.
   No flags where the compiler refuses them."""
-  return _resolve(compiler(), march)
+  return _resolve(compiler(), _march(march))
 
 
 @functools.lru_cache(maxsize=None)
@@ -117,16 +168,86 @@ def cache_key(texts: Sequence[str], march: str) -> str:
   return key.hexdigest()[:16]
 
 
+def first_error(output: str) -> str:
+  """The compiler's first error line (or its last line), shortened."""
+  lines = [l.strip() for l in output.splitlines() if l.strip()]
+  errors = [l for l in lines if "error:" in l.lower()]
+  line = (errors or lines or ["no output"])[0]
+  line = re.sub(r"^[^\s:]*/([^/\s:]+:\d+)", r"\1", line)  # file name only
+  return line if len(line) <= 300 else line[:297] + "..."
+
+
+def _safer(flags: List[str], output: str) -> Optional[List[str]]:
+  """The flags to try after a compile with `flags` failed with `output`:
+  the extension named by the header that broke it left out, else the
+  compiler's default target; None when nothing safer is left."""
+  for header, flag in _EXTENSION_HEADERS.items():
+    if header in output and flags and flag not in flags:
+      return flags + [flag]
+  return [] if flags else None
+
+
+def compile_command(cxx: str, flags: Sequence[str], sources: Sequence[str],
+                    include_dirs: Sequence[str], out: str,
+                    link: bool = True) -> List[str]:
+  """The command that compiles `sources` into the library `out` (`link`
+  False: one source into the object file `out`, e.g. for another CPU whose
+  TensorFlow library is not here to link against)."""
+  command = ([cxx] + CXXFLAGS + list(flags) +
+             [f"-I{d}" for d in include_dirs] +
+             tf.sysconfig.get_compile_flags() + list(sources) + ["-o", out])
+  if not link:
+    return [a if a != "-shared" else "-c" for a in command]
+  return command + tf.sysconfig.get_link_flags()
+
+
+def generated_include_dir(opts: Optional[options.Options] = None) -> str:
+  """The directory of the generated rule table, written if it is not."""
+  opts = options.get() if opts is None else opts
+  generated = os.path.join(cache_dir(opts), f"include-{_key(opts)}")
+  write_file(os.path.join(generated, rule_table.FILE_NAME),
+             rule_table.header())
+  return generated
+
+
+def _compile(cxx: str, flags: List[str], sources: Sequence[str],
+             include_dirs: Sequence[str], out: str) -> Tuple[bool, str, str]:
+  """Runs the compiler: whether it succeeded, its messages, its command."""
+  command = compile_command(cxx, flags, sources, include_dirs, out)
+  try:
+    done = subprocess.run(command, capture_output=True, text=True,
+                          timeout=900, check=False)
+  except (OSError, subprocess.SubprocessError) as e:
+    return False, f"error: {e}\n", " ".join(command)
+  return done.returncode == 0, done.stderr, " ".join(command)
+
+
+def built_with(path: str) -> Dict[str, object]:
+  """What a library at `path` was compiled with (`flags`, and the
+  `attempts` that failed first), from the record beside it; {} if none."""
+  try:
+    with open(path + ".json") as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return {}
+
+
 def compile_library(path: str, sources: Sequence[str],
                     include_dirs: Sequence[str], march: str) -> str:
   """Compiles `sources` into the shared library `path` unless it exists;
-  returns `path`. One process compiles; others wait for it and find the
+  returns `path`. Tries safer targets when a compile fails (`_safer`);
+  raises `KernelUnavailable` when none compiles, with the compiler's output
+  in `<path>.log`. One process compiles; others wait for it and find the
   file."""
   if os.path.exists(path):
     return path
   cxx = compiler()
   if shutil.which(cxx) is None:
-    raise KernelUnavailable(f"no C++ compiler ({cxx!r} not found)")
+    raise KernelUnavailable(
+        f"no C++ compiler ({cxx!r} not found)",
+        "Install g++ (or set CXX), or install tfemb from a wheel built for "
+        "this TensorFlow (docs/performance.md, 'Where the fused kernels "
+        "run').")
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path + ".lock", "w") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
@@ -134,22 +255,43 @@ def compile_library(path: str, sources: Sequence[str],
       return path
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
     os.close(fd)
+    attempts, outputs = [], []
+    flags: Optional[List[str]] = target(march)[0]
+    if _march(march) and not flags:
+      attempts.append({"flags": [f"-march={_march(march)}"],
+                       "error": _REFUSED.format(cxx)})
     try:
-      command = ([cxx] + CXXFLAGS + target(march)[0] +
-                 [f"-I{d}" for d in include_dirs] +
-                 tf.sysconfig.get_compile_flags() + list(sources) +
-                 ["-o", tmp] + tf.sysconfig.get_link_flags())
-      done = subprocess.run(command, capture_output=True, text=True,
-                            timeout=600, check=False)
-      if done.returncode != 0:
-        raise KernelUnavailable(
-            f"compiling {os.path.basename(path)} failed:\n" +
-            done.stderr[-2000:])
-      os.replace(tmp, path)
+      while flags is not None:
+        ok, output, command = _compile(cxx, flags, sources, include_dirs,
+                                       tmp)
+        if ok:
+          write_file(path + ".json", json.dumps(
+              {"flags": flags, "attempts": attempts}))
+          os.replace(tmp, path)
+          if attempts:
+            logging.info("tfemb: fused kernels compiled with %r (%s)",
+                         " ".join(flags) or "the compiler's default target",
+                         "; ".join(f"{' '.join(a['flags']) or 'default'} "
+                                   f"failed: {a['error']}" for a in attempts))
+          return path
+        outputs.append(f"$ {command}\n{output}")
+        attempts.append({"flags": flags, "error": first_error(output)})
+        flags = _safer(flags, output)
     finally:
       if os.path.exists(tmp):
         os.remove(tmp)
-  return path
+  log = path[:-len(".so")] + ".log"
+  try:
+    with open(log, "w") as f:
+      f.write("\n\n".join(outputs))
+  except OSError:
+    log = None
+  first = next(a for a in attempts if a["error"] != _REFUSED.format(cxx))
+  raise KernelUnavailable(
+      f"compiling them with {cxx} failed: {first['error']}",
+      "Install tfemb from a wheel built for this TensorFlow, or set CXX to "
+      "another compiler (docs/performance.md, 'Where the fused kernels "
+      "run').", log)
 
 
 def write_file(path: str, text: str) -> str:
@@ -164,12 +306,23 @@ def write_file(path: str, text: str) -> str:
   return path
 
 
-def _key(opts: options.Options) -> str:
+def source_texts() -> List[str]:
+  """The texts a build compiles: the sources, the header, the rule table."""
   texts = []
   for source in SOURCES + HEADERS:
     with open(source) as f:
       texts.append(f.read())
-  return cache_key(texts + [rule_table.header()], opts.kernel_march)
+  return texts + [rule_table.header()]
+
+
+def source_digest() -> str:
+  """A digest of `source_texts()` alone, to tell a packaged build of other
+  sources."""
+  return hashlib.sha256("\0".join(source_texts()).encode()).hexdigest()[:16]
+
+
+def _key(opts: options.Options) -> str:
+  return cache_key(source_texts(), opts.kernel_march)
 
 
 def library_path(opts: Optional[options.Options] = None) -> str:
@@ -183,30 +336,81 @@ def build(opts: Optional[options.Options] = None) -> str:
   """Compiles the kernels unless they are in the cache; returns the path."""
   opts = options.get() if opts is None else opts
   path = library_path(opts)
-  generated = os.path.join(cache_dir(opts), f"include-{_key(opts)}")
-  write_file(os.path.join(generated, rule_table.FILE_NAME),
-             rule_table.header())
+  try:
+    generated = generated_include_dir(opts)
+  except OSError as e:
+    raise KernelUnavailable(
+        f"the kernel cache {cache_dir(opts)} cannot be written ({e})",
+        "Set TFEMB_KERNEL_CACHE to a writable directory.") from e
   return compile_library(path, SOURCES, [generated], opts.kernel_march)
 
 
+@dataclasses.dataclass(frozen=True)
+class Loaded:
+  """The build this process loaded, or why none: `module` (the ops, or
+  None), `path`, `origin` ("package" or "cache"), `flags` it was compiled
+  with and the `attempts` that failed before (their flags and first error
+  line), or `error` (a `KernelUnavailable`)."""
+  module: Optional[object] = None
+  path: Optional[str] = None
+  origin: Optional[str] = None
+  flags: Tuple[str, ...] = ()
+  attempts: Tuple[Dict[str, object], ...] = ()
+  error: Optional[KernelUnavailable] = None
+
+
 _lock = threading.Lock()
-_loaded: List[Optional[object]] = []  # the process's one load, once tried
+_loaded: List[Loaded] = []  # the process's one load, once tried
+
+
+def _load_library(path: str, origin: str, record: Dict[str, object]) -> Loaded:
+  return Loaded(tf.load_op_library(path), path, origin,
+                tuple(record.get("flags", ())),
+                tuple(record.get("attempts", ())))
+
+
+def _try_load(opts: options.Options) -> Loaded:
+  # pylint: disable=g-import-not-at-top
+  from tfemb.kernels import packaged
+  failure = None
+  if opts.kernel_march == AUTO:
+    entry = packaged.find()
+    if entry is not None:
+      try:
+        return _load_library(entry["path"], "package", entry)
+      except (OSError, tf.errors.NotFoundError) as e:
+        failure = e  # e.g. another TensorFlow build: compiled here instead
+  try:
+    path = build(opts)
+    return _load_library(path, "cache", built_with(path))
+  except KernelUnavailable as e:
+    return Loaded(error=e)
+  except (OSError, subprocess.SubprocessError,
+          tf.errors.NotFoundError) as e:
+    reason = failure or e
+    return Loaded(error=KernelUnavailable(
+        f"loading them failed: {first_error(str(reason))}",
+        "Reinstall tfemb for this TensorFlow (docs/performance.md, 'Where "
+        "the fused kernels run')."))
+
+
+def loaded(opts: Optional[options.Options] = None) -> Loaded:
+  """The process's build of the kernels under `opts` (default: the current
+  options), loaded on the first call; `Loaded()` when `fused_kernels` is
+  off."""
+  opts = options.get() if opts is None else opts
+  if not opts.fused_kernels:
+    return Loaded()
+  with _lock:
+    if not _loaded:
+      result = _try_load(opts)
+      if result.error is not None:
+        logging.warning("%s", result.error.warning())
+      _loaded.append(result)
+    return _loaded[0]
 
 
 def load(opts: Optional[options.Options] = None) -> Optional[object]:
   """The kernels' op module, or None (`fused_kernels` off in `opts`,
-  default the current options, or the kernels cannot be built)."""
-  opts = options.get() if opts is None else opts
-  if not opts.fused_kernels:
-    return None
-  with _lock:
-    if not _loaded:
-      try:
-        _loaded.append(tf.load_op_library(build(opts)))
-      except (KernelUnavailable, OSError, subprocess.SubprocessError,
-              tf.errors.NotFoundError) as e:
-        logging.warning(
-            "tfemb: fused CPU kernels unavailable (%s); the host engine uses "
-            "TensorFlow ops instead (same numbers, slower).", e)
-        _loaded.append(None)
-    return _loaded[0]
+  default the current options, or no build can be had)."""
+  return loaded(opts).module
