@@ -3,7 +3,7 @@
 Everything but the kernels is declared in setup.cfg. When TensorFlow can be
 imported by the build (`pip install --no-build-isolation .`, `pip wheel
 --no-build-isolation .`), the kernels are compiled against it, once per CPU
-target (`tfemb/kernels/packaged.py`), into `tfemb/kernels/lib/` of the
+target (`tfemb/kernels/install.py`), into `tfemb/kernels/lib/` of the
 built package, and the wheel is tagged for this platform; the package then
 needs no compiler at run time. Without TensorFlow in the build (pip's
 default isolated build) or with `TFEMB_BUILD_KERNELS=0`, the package holds
@@ -20,8 +20,8 @@ from setuptools.dist import Distribution
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _packaged_module():
-  """`tfemb.kernels.packaged` from this source tree, or None (with the
+def _install_module():
+  """`tfemb.kernels.install` from this source tree, or None (with the
   reason printed) when the kernels are not to be built into the package."""
   if os.environ.get("TFEMB_BUILD_KERNELS", "1").lower() in (
       "0", "false", "no", "off"):
@@ -36,8 +36,8 @@ def _packaged_module():
           "build: use --no-build-isolation): the kernels are not built into "
           "the package; they compile on first use", file=sys.stderr)
     return None
-  from tfemb.kernels import packaged  # pylint: disable=g-import-not-at-top
-  return packaged
+  from tfemb.kernels import install  # pylint: disable=g-import-not-at-top
+  return install
 
 
 class BuildPyWithKernels(build_py):
@@ -48,13 +48,13 @@ class BuildPyWithKernels(build_py):
     super().run()
     if getattr(self, "editable_mode", False):
       return
-    packaged = _packaged_module()
-    if packaged is None:
+    install = _install_module()
+    if install is None:
       return
     directory = os.path.join(self.build_lib, "tfemb", "kernels", "lib")
     try:
-      record = packaged.write(directory)
-    except packaged.build.KernelUnavailable as e:
+      record = install.write(directory)
+    except install.build.KernelUnavailable as e:
       print(f"tfemb: the kernels are not built into the package: {e.reason}"
             f" ({e.log or 'no log'}); they compile on first use",
             file=sys.stderr)

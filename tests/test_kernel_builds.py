@@ -1,7 +1,7 @@
 """Where the fused kernels come from: builds for every CPU target (with a
 safer target when one does not compile), for ARM, built into the package
 at install, and one clear warning when none can be had
-(tfemb/kernels/build.py, tfemb/kernels/packaged.py).
+(tfemb/kernels/build.py, install.py, packaged.py).
 
 The builds compile into the machine's kernel cache (each target once per
 machine and TensorFlow); the tests that compile many run in one Keras pass
@@ -20,6 +20,7 @@ import pytest
 
 from tfemb import options
 from tfemb.kernels import build
+from tfemb.kernels import install
 from tfemb.kernels import packaged
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,7 +94,7 @@ np.savez(sys.argv[1], **{n: embedding.embedding_tables[t].numpy()
 
 
 def _targets():
-  if packaged.is_x86():
+  if install.is_x86():
     known = [m for m in X86_TARGETS if build.target(m)[0]]
   else:
     known = [m for m in ("armv8-a", "armv8.2-a") if build.target(m)[0]]
@@ -126,7 +127,7 @@ def test_every_cpu_target_compiles_and_computes_the_same_floats(tmp_path):
     if march and march != "native":
       assert flags[0] == f"-march={march}" or record["attempts"], record
     runs_here = march == "native" or (
-        cpu is not None and set(packaged.requirements(flags)) <= cpu)
+        cpu is not None and set(install.requirements(flags)) <= cpu)
     if runs_here:
       out = tmp_path / f"{march or 'default'}.npz"
       assert _every_rule(march, out) == path
@@ -290,7 +291,7 @@ def test_a_wheel_built_once_trains_on_the_fused_path_without_a_compiler(
     shutil.copy(os.path.join(ROOT, name), source)
   shutil.copytree(os.path.join(ROOT, "tfemb"), source / "tfemb",
                   ignore=shutil.ignore_patterns("__pycache__", "lib"))
-  marches = "x86-64-v3,x86-64" if packaged.is_x86() else ""
+  marches = "x86-64-v3,x86-64" if install.is_x86() else ""
   subprocess.run(
       [sys.executable, "-m", "pip", "wheel", "--no-build-isolation",
        "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(source)],
@@ -330,7 +331,7 @@ def test_the_loader_picks_the_best_packaged_build_the_cpu_runs(
 
   def picked(flags):
     monkeypatch.setattr(packaged, "cpu_flags", lambda: flags)
-    found = packaged.find(str(tmp_path))
+    found = packaged.find(build.source_digest(), str(tmp_path))
     return found and found["march"]
 
   assert picked({"avx2", "avx512f", "fma"}) == "x86-64-v4"

@@ -3,7 +3,7 @@
 Where the kernels come from, in order (`load`):
 
 1. The package's own builds (`tfemb.kernels.packaged`), compiled when tfemb
-   was installed for the TensorFlow installed then: used when that is the
+   was installed (`tfemb.kernels.install`) for the TensorFlow installed then: used when that is the
    TensorFlow imported now and the sources are the same, the best build
    this CPU runs. No compiler is needed.
 2. A build in the kernel cache, compiled here on first use with the
@@ -52,6 +52,7 @@ from absl import logging
 import tensorflow as tf
 
 from tfemb import options
+from tfemb.kernels import packaged
 from tfemb.kernels import rule_table
 
 _HERE = os.path.dirname(__file__)
@@ -370,11 +371,9 @@ def _load_library(path: str, origin: str, record: Dict[str, object]) -> Loaded:
 
 
 def _try_load(opts: options.Options) -> Loaded:
-  # pylint: disable=g-import-not-at-top
-  from tfemb.kernels import packaged
   failure = None
   if opts.kernel_march == AUTO:
-    entry = packaged.find()
+    entry = packaged.find(source_digest())
     if entry is not None:
       try:
         return _load_library(entry["path"], "package", entry)
