@@ -1,5 +1,6 @@
 """The run's report: markdown tables and a PNG plot (matplotlib)."""
 
+import re
 from typing import List
 
 from benchmarks import analysis
@@ -125,9 +126,10 @@ def targets_table(run) -> List[str]:
 
 def markdown(run) -> str:
   meta, bw = run["meta"], run.get("bandwidth") or {}
-  out = [f"Command: `{meta['command'].strip()}`", "",
-         f"Date: {meta['date']}; machine: {meta['machine']}", "",
-         f"Machine load: {meta.get('load', '?')}", ""]
+  # The command without its output directory (a path of the run, not of
+  # the method); the date and the machine's load stay in results.json.
+  command = re.sub(r" --out \S+", "", meta["command"].strip())
+  out = [f"Command: `{command}`", "", f"Machine: {meta['machine']}", ""]
   if bw:
     out += [f"Copy bandwidth (read + write): {bw['copy_gbps']:.1f} GB/s "
             f"(numpy {bw['numpy_copy_gbps']:.1f}, TensorFlow "
