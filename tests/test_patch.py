@@ -42,12 +42,38 @@ def test_the_engine_classes_and_their_aliases_are_routed_and_restored(aliased):
     assert API.TPUEmbeddingV0 is tfemb.TPUEmbeddingV0
     assert aliased.Engine is tfemb.TPUEmbedding
     assert aliased.EngineV2 is tfemb.TPUEmbeddingV2
-    assert tfemb.patch() is patch  # patching again changes nothing more
   assert (API.TPUEmbedding, API.TPUEmbeddingV2) == ORIGINAL
   assert (aliased.Engine, aliased.EngineV2) == ORIGINAL
   patch.undo()  # twice: harmless
   tfemb.unpatch()
   assert API.TPUEmbedding is ORIGINAL[0]
+
+
+def test_patches_nest_as_a_stack(aliased):
+  """An inner patch's end leaves the outer one in force; the outermost's
+  end restores TensorFlow's classes."""
+  with tfemb.patch() as outer:
+    with tfemb.patch() as inner:
+      assert inner is not outer and inner.active and outer.active
+      assert API.TPUEmbedding is tfemb.TPUEmbedding
+    assert not inner.active and outer.active
+    assert API.TPUEmbedding is tfemb.TPUEmbedding
+    assert aliased.Engine is tfemb.TPUEmbedding
+    assert "active" in repr(outer) and "undone" in repr(inner)
+    inner.undo()  # again: harmless, the outer patch stays
+    assert API.TPUEmbedding is tfemb.TPUEmbedding
+  assert (API.TPUEmbedding, API.TPUEmbeddingV2) == ORIGINAL
+  assert (aliased.Engine, aliased.EngineV2) == ORIGINAL
+  # Undone out of order: routed until the last one ends.
+  first, second = tfemb.patch(), tfemb.patch()
+  first.undo()
+  assert API.TPUEmbedding is tfemb.TPUEmbedding
+  second.undo()
+  assert API.TPUEmbedding is ORIGINAL[0]
+  # unpatch() ends every patch.
+  tfemb.patch(), tfemb.patch()
+  tfemb.unpatch()
+  assert API.TPUEmbedding is ORIGINAL[0] and not patching._ACTIVE
 
 
 def test_tpu_code_trains_with_the_tpus_numbers_under_the_patch():
@@ -124,7 +150,10 @@ def run(*args, cwd=None):
 SCRIPT = '''
 import sys
 import tensorflow as tf
+import tfemb
 from tensorflow.python.tpu.tpu_embedding_v2 import TPUEmbedding
+with tfemb.patch():  # the script's own patch: the run's stays in force
+  pass
 api = tf.tpu.experimental.embedding
 table = api.TableConfig(10, 4, name="t")
 engine = api.TPUEmbedding({"f": api.FeatureConfig(table)}, api.SGD(0.1))
