@@ -17,6 +17,7 @@ from tensorflow.python.tpu import tpu_embedding_v3
 import tfemb
 import tfemb.layers
 from tfemb import patching
+from tfemb import run as tfemb_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEGACY = os.environ.get("TF_USE_LEGACY_KERAS", "0").lower() in ("1", "true")
@@ -161,13 +162,50 @@ print(type(engine).__module__, TPUEmbedding.__module__, sys.argv)
 '''
 
 
+@pytest.mark.parametrize("argv", [["missing.py"], ["-m", "missing_mod_47"],
+                                  ["-m", "json.missing_47"], ["empty_dir"],
+                                  ["-m", "missing_47.py"]])
+def test_tfemb_run_refuses_what_python_refuses_as_python_does(
+    tmp_path, capsys, monkeypatch, argv):
+  """The same stderr and exit status as `python ARGS` (no traceback)."""
+  (tmp_path / "empty_dir").mkdir()
+  monkeypatch.chdir(tmp_path)
+  python = subprocess.run([sys.orig_argv[0], *argv], executable=sys.executable,
+                          capture_output=True, text=True, check=False,
+                          env=dict(os.environ, PYTHONPATH=""))
+  assert python.returncode in (1, 2) and python.stderr.count("\n") == 1
+  assert tfemb_run.main(argv) == python.returncode
+  assert capsys.readouterr() == ("", python.stderr)
+
+
+def test_tfemb_run_gives_a_script_its_absolute_file(tmp_path, capsys,
+                                                    monkeypatch):
+  (tmp_path / "show.py").write_text(
+      "import sys\nprint(__name__, __file__, sys.argv)\n")
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.setattr(sys, "argv", list(sys.argv))
+  monkeypatch.setattr(sys, "path", list(sys.path))
+  assert tfemb_run.main(["show.py", "x"]) == 0
+  assert capsys.readouterr().out == (
+      f"__main__ {tmp_path / 'show.py'} ['show.py', 'x']\n")
+  assert sys.path[0] == str(tmp_path) and not patching._ACTIVE
+
+
 def test_python_m_tfemb_run_runs_a_script_and_a_module(tmp_path):
   script = tmp_path / "train_on_tpu.py"
-  script.write_text(SCRIPT)
-  done = run(str(script), "--steps", "3")
+  script.write_text(SCRIPT + "print(__file__)\n")
+  done = run("train_on_tpu.py", "--steps", "3", cwd=tmp_path)
   assert done.returncode == 0, done.stderr[-2000:]
-  assert done.stdout.split()[:2] == ["tfemb.mid_level", "tfemb.mid_level"]
-  assert done.stdout.strip().endswith(f"['{script}', '--steps', '3']")
+  lines = done.stdout.splitlines()
+  assert lines[0].split()[:2] == ["tfemb.mid_level", "tfemb.mid_level"]
+  assert lines[0].endswith("['train_on_tpu.py', '--steps', '3']")
+  assert lines[1] == str(script)  # absolute, as Python gives it
+  # A missing script: Python's line and status, no traceback.
+  done = run("missing.py", cwd=tmp_path)
+  assert (done.returncode, done.stdout) == (2, "")
+  assert done.stderr.splitlines()[-1].endswith(
+      f": can't open file '{tmp_path}/missing.py': [Errno 2] No such file "
+      "or directory") and "Traceback" not in done.stderr
   done = run("-m", "train_on_tpu", "x", cwd=tmp_path)
   assert done.returncode == 0, done.stderr[-2000:]
   assert done.stdout.startswith("tfemb.mid_level")
