@@ -131,6 +131,32 @@ def test_unknown_names_raise_naming_the_options(change):
   assert options.get() == options.Options()
 
 
+@pytest.mark.parametrize("change", [options.set, options.use,
+                                    options.Options])
+@pytest.mark.parametrize("name, value, takes", [
+    ("fused_kernels", "off", "True or False"),
+    ("fused_kernels", "0", "True or False"),
+    ("interleaved_slots", 0, "True or False"),
+    ("malloc_tuning", None, "True or False"),
+    ("kernel_march", 3, "a str"),
+    ("kernel_march", None, "a str"),
+    ("kernel_cache", 1, "None or a directory"),
+])
+def test_values_of_the_wrong_type_raise_naming_the_option(change, name, value,
+                                                          takes):
+  """Not accepted and ignored: `fused_kernels="off"` would leave the
+  kernels on (a non-empty str is true)."""
+  with pytest.raises(TypeError, match=f"tfemb option {name} takes {takes}.*"
+                     f"got {value!r}"):
+    change(**{name: value})
+  assert options.get() == options.Options()
+
+
+def test_a_kernel_cache_may_be_a_path(tmp_path):
+  with options.use(kernel_cache=tmp_path) as opts:
+    assert opts.kernel_cache == str(tmp_path)
+
+
 def test_options_are_exported_and_frozen():
   assert tfemb.options is options and tfemb.Options is options.Options
   assert "Options" in tfemb.__all__

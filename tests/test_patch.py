@@ -17,6 +17,7 @@ from tensorflow.python.tpu import tpu_embedding_v3
 import tfemb
 import tfemb.layers
 from tfemb import patching
+from tfemb import run as tfemb_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEGACY = os.environ.get("TF_USE_LEGACY_KERAS", "0").lower() in ("1", "true")
@@ -42,12 +43,38 @@ def test_the_engine_classes_and_their_aliases_are_routed_and_restored(aliased):
     assert API.TPUEmbeddingV0 is tfemb.TPUEmbeddingV0
     assert aliased.Engine is tfemb.TPUEmbedding
     assert aliased.EngineV2 is tfemb.TPUEmbeddingV2
-    assert tfemb.patch() is patch  # patching again changes nothing more
   assert (API.TPUEmbedding, API.TPUEmbeddingV2) == ORIGINAL
   assert (aliased.Engine, aliased.EngineV2) == ORIGINAL
   patch.undo()  # twice: harmless
   tfemb.unpatch()
   assert API.TPUEmbedding is ORIGINAL[0]
+
+
+def test_patches_nest_as_a_stack(aliased):
+  """An inner patch's end leaves the outer one in force; the outermost's
+  end restores TensorFlow's classes."""
+  with tfemb.patch() as outer:
+    with tfemb.patch() as inner:
+      assert inner is not outer and inner.active and outer.active
+      assert API.TPUEmbedding is tfemb.TPUEmbedding
+    assert not inner.active and outer.active
+    assert API.TPUEmbedding is tfemb.TPUEmbedding
+    assert aliased.Engine is tfemb.TPUEmbedding
+    assert "active" in repr(outer) and "undone" in repr(inner)
+    inner.undo()  # again: harmless, the outer patch stays
+    assert API.TPUEmbedding is tfemb.TPUEmbedding
+  assert (API.TPUEmbedding, API.TPUEmbeddingV2) == ORIGINAL
+  assert (aliased.Engine, aliased.EngineV2) == ORIGINAL
+  # Undone out of order: routed until the last one ends.
+  first, second = tfemb.patch(), tfemb.patch()
+  first.undo()
+  assert API.TPUEmbedding is tfemb.TPUEmbedding
+  second.undo()
+  assert API.TPUEmbedding is ORIGINAL[0]
+  # unpatch() ends every patch.
+  tfemb.patch(), tfemb.patch()
+  tfemb.unpatch()
+  assert API.TPUEmbedding is ORIGINAL[0] and not patching._ACTIVE
 
 
 def test_tpu_code_trains_with_the_tpus_numbers_under_the_patch():
@@ -124,7 +151,10 @@ def run(*args, cwd=None):
 SCRIPT = '''
 import sys
 import tensorflow as tf
+import tfemb
 from tensorflow.python.tpu.tpu_embedding_v2 import TPUEmbedding
+with tfemb.patch():  # the script's own patch: the run's stays in force
+  pass
 api = tf.tpu.experimental.embedding
 table = api.TableConfig(10, 4, name="t")
 engine = api.TPUEmbedding({"f": api.FeatureConfig(table)}, api.SGD(0.1))
@@ -132,13 +162,50 @@ print(type(engine).__module__, TPUEmbedding.__module__, sys.argv)
 '''
 
 
+@pytest.mark.parametrize("argv", [["missing.py"], ["-m", "missing_mod_47"],
+                                  ["-m", "json.missing_47"], ["empty_dir"],
+                                  ["-m", "missing_47.py"]])
+def test_tfemb_run_refuses_what_python_refuses_as_python_does(
+    tmp_path, capsys, monkeypatch, argv):
+  """The same stderr and exit status as `python ARGS` (no traceback)."""
+  (tmp_path / "empty_dir").mkdir()
+  monkeypatch.chdir(tmp_path)
+  python = subprocess.run([sys.orig_argv[0], *argv], executable=sys.executable,
+                          capture_output=True, text=True, check=False,
+                          env=dict(os.environ, PYTHONPATH=""))
+  assert python.returncode in (1, 2) and python.stderr.count("\n") == 1
+  assert tfemb_run.main(argv) == python.returncode
+  assert capsys.readouterr() == ("", python.stderr)
+
+
+def test_tfemb_run_gives_a_script_its_absolute_file(tmp_path, capsys,
+                                                    monkeypatch):
+  (tmp_path / "show.py").write_text(
+      "import sys\nprint(__name__, __file__, sys.argv)\n")
+  monkeypatch.chdir(tmp_path)
+  monkeypatch.setattr(sys, "argv", list(sys.argv))
+  monkeypatch.setattr(sys, "path", list(sys.path))
+  assert tfemb_run.main(["show.py", "x"]) == 0
+  assert capsys.readouterr().out == (
+      f"__main__ {tmp_path / 'show.py'} ['show.py', 'x']\n")
+  assert sys.path[0] == str(tmp_path) and not patching._ACTIVE
+
+
 def test_python_m_tfemb_run_runs_a_script_and_a_module(tmp_path):
   script = tmp_path / "train_on_tpu.py"
-  script.write_text(SCRIPT)
-  done = run(str(script), "--steps", "3")
+  script.write_text(SCRIPT + "print(__file__)\n")
+  done = run("train_on_tpu.py", "--steps", "3", cwd=tmp_path)
   assert done.returncode == 0, done.stderr[-2000:]
-  assert done.stdout.split()[:2] == ["tfemb.mid_level", "tfemb.mid_level"]
-  assert done.stdout.strip().endswith(f"['{script}', '--steps', '3']")
+  lines = done.stdout.splitlines()
+  assert lines[0].split()[:2] == ["tfemb.mid_level", "tfemb.mid_level"]
+  assert lines[0].endswith("['train_on_tpu.py', '--steps', '3']")
+  assert lines[1] == str(script)  # absolute, as Python gives it
+  # A missing script: Python's line and status, no traceback.
+  done = run("missing.py", cwd=tmp_path)
+  assert (done.returncode, done.stdout) == (2, "")
+  assert done.stderr.splitlines()[-1].endswith(
+      f": can't open file '{tmp_path}/missing.py': [Errno 2] No such file "
+      "or directory") and "Traceback" not in done.stderr
   done = run("-m", "train_on_tpu", "x", cwd=tmp_path)
   assert done.returncode == 0, done.stderr[-2000:]
   assert done.stdout.startswith("tfemb.mid_level")

@@ -236,6 +236,85 @@ def test_the_command_line_report(tmp_path, capsys, monkeypatch):
   assert table["bytes_per_chip"] >= rows * 32 * 4 * 2 // 2  # + Adagrad
 
 
+_PIPELINE = '''
+import tensorflow as tf
+import tfemb
+
+FEATURES = {"item": tfemb.FeatureConfig(tfemb.TableConfig(50, 4, name="t"),
+                                        output_shape=[8])}
+NUMBER = 3
+
+def model():
+  return FEATURES, tfemb.SGD(0.1)
+
+def batches():
+  return [{"item": tf.constant(list(range(8)))}] * 2
+
+def other_batches():
+  return [{"user": tf.constant([1]), "page": tf.constant([2])}]
+
+def broken_batches():
+  yield {"item": tf.constant(list(range(8)))}
+  raise OSError("lost the input files")
+
+def broken():
+  raise ZeroDivisionError("no data")
+'''
+
+
+@pytest.mark.parametrize("flags, line", [
+    (["--chips", "0"], "argument --chips: expected an integer >= 1, got '0'"),
+    (["--batches", "0"],
+     "argument --batches: expected an integer >= 1, got '0'"),
+    (["--config", "no_such_module_47:model"],
+     "--config: no module named 'no_such_module_47' (a module importable "
+     "from the current directory, or a .py file)"),
+    (["--config", "{m}:missing"],
+     "--config: module '{m}' has no attribute 'missing'"),
+    (["--config", "{m}"], "argument --config: expected MODULE:ATTR (e.g. "
+     "my_model:features), got '{m}'"),
+    (["--config", "{m}:NUMBER"],
+     "--config: feature_config[''] must be a FeatureConfig, got int."),
+    (["--data", "{m}:NUMBER"], "--data: expected batches (an iterable: a "
+     "tf.data.Dataset, a list, a generator), got int"),
+    (["--data", "{m}:broken"], "--data: calling {m}:broken raised "
+     "ZeroDivisionError: no data\n(--debug shows the traceback)"),
+    (["--data", "{m}:broken_batches"], "--data: reading batch 1 raised "
+     "OSError: lost the input files\n(--debug shows the traceback)"),
+    (["--data", "{m}:other_batches"], "--data: batch 0 has features "
+     "['page', 'user']; expected the structure of --config: ['item'] (or a "
+     "(features, labels) pair)"),
+    (["--sparse-core-config", "{m}:NUMBER"], "--sparse-core-config: expected "
+     "a SparseCoreEmbeddingConfig, got int"),
+    (["--json", "{d}/no_dir/r.json"], "--json: cannot write "
+     "'{d}/no_dir/r.json': no directory '{d}/no_dir'"),
+    (["--json", "{d}"], "--json: '{d}' is a directory; expected a file"),
+])
+def test_the_command_line_refuses_bad_input_in_one_line(tmp_path, capsys,
+                                                         flags, line):
+  module = tmp_path / "pipeline.py"
+  module.write_text(_PIPELINE)
+  fill = dict(m=str(module), d=str(tmp_path))
+  given = dict(zip(flags[::2], flags[1::2]))
+  argv = ["sparsecore"]
+  for flag, value in {"--config": "{m}:model", "--data": "{m}:batches",
+                      "--chips": "1", **given}.items():
+    argv += [flag, value.format(**fill)]
+  try:
+    status = cli.main(argv)
+  except SystemExit as e:  # argparse's own errors
+    status = e.code
+  out, err = capsys.readouterr()
+  assert status == 2 and out == ""
+  assert err == (f"python -m tfemb.tpu sparsecore: error: "
+                 f"{line.format(**fill)}\n")
+  assert sorted(set(os.listdir(tmp_path)) - {"__pycache__"}) == [
+      "pipeline.py"]
+  if "(--debug" in line:
+    with pytest.raises(ValueError, match=" raised "):  # the traceback
+      cli.main(argv + ["--debug"])
+
+
 @pytest.mark.parametrize("optimizer", ["adagrad", "custom_1d_slot"])
 def test_the_report_counts_the_bytes_of_the_built_tables(optimizer):
   if optimizer == "adagrad":

@@ -241,6 +241,24 @@ def test_topology_errors(kwargs, message):
     tfemb.tpu.plan(*_sizes_config(), 8, 4, **kwargs)
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(num_replicas=0), r"num_replicas=0: expected an integer >= 1\."),
+    (dict(num_replicas=-3), r"num_replicas=-3: expected an integer >= 1\."),
+    (dict(num_replicas=True), r"num_replicas=True: expected an integer"),
+    (dict(per_replica_batch_size=0),
+     r"per_replica_batch_size=0: expected an integer >= 1 or None"),
+    (dict(chips_per_host=0), r"chips_per_host=0: expected an integer >= 1 or "
+     "None"),
+    (dict(num_hosts=0), r"num_hosts=0: expected an integer >= 1\."),
+    (dict(num_cores_per_replica=0.5), r"num_cores_per_replica=0.5: expected"),
+])
+def test_counts_must_be_positive_integers(kwargs, message):
+  """0 is not "not given" (None is), and each error names its argument."""
+  arguments = {"num_replicas": 8, "per_replica_batch_size": 4, **kwargs}
+  with pytest.raises(ValueError, match=message):
+    tfemb.tpu.plan(*_sizes_config(), **arguments)
+
+
 def test_configuration_errors_name_the_table_or_feature():
   table = tfemb.TableConfig(10, 2, name="lonely")
   with pytest.raises(ValueError, match="Table 'lonely': the TPU needs an "
@@ -295,6 +313,18 @@ def model():
 '''
 
 
+_BAD_TARGETS = '''
+NUMBER = 3
+
+def broken():
+  raise ZeroDivisionError("no model")
+'''
+
+
+def _written(directory):
+  return sorted(set(os.listdir(directory)) - {"__pycache__"})
+
+
 def _run_cli(tmp_path, capsys, target, *flags):
   module = tmp_path / "my_config.py"
   module.write_text(_CONFIG_MODULE)
@@ -340,8 +370,87 @@ def test_cli_loads_a_pair_or_a_feature_config(tmp_path):
   assert sorted(feature_config) == ["item", "user"]
   feature_config, optimizer = cli.load(f"{module}:FEATURES")
   assert optimizer is None and list(feature_config) == ["item"]
-  with pytest.raises(ValueError, match="Expected MODULE:ATTR"):
+  with pytest.raises(ValueError, match="expected MODULE:ATTR"):
     cli.load("no_colon")
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["{m}:model", "--num-replicas", "0"],
+     "argument --num-replicas: expected an integer >= 1, got '0'"),
+    (["{m}:model", "--num-replicas", "-3"],
+     "argument --num-replicas: expected an integer >= 1, got '-3'"),
+    (["{m}:model", "--num-replicas", "x"],
+     "argument --num-replicas: expected an integer >= 1, got 'x'"),
+    (["{m}:model", "--num-replicas", "4", "--chips-per-host", "0"],
+     "argument --chips-per-host: expected an integer >= 1, got '0'"),
+    (["{m}:model", "--num-replicas", "4", "--per-replica-batch-size", "0"],
+     "argument --per-replica-batch-size: expected an integer >= 1, got '0'"),
+    (["{m}:model", "--num-replicas", "4", "--num-hosts", "3"],
+     "--num-hosts 3 must be >= 1 and divide the 4 TensorCores "
+     "(--num-replicas x --num-cores-per-replica)."),
+    (["{m}", "--num-replicas", "4"], "argument MODULE:ATTR: expected "
+     "MODULE:ATTR (e.g. my_model:features), got '{m}'"),
+    (["no_such_module_47:model", "--num-replicas", "4"],
+     "MODULE:ATTR: no module named 'no_such_module_47' (a module importable "
+     "from the current directory, or a .py file)"),
+    (["{d}/missing.py:model", "--num-replicas", "4"],
+     "MODULE:ATTR: no file '{d}/missing.py'"),
+    (["{m}:missing", "--num-replicas", "4"],
+     "MODULE:ATTR: module '{m}' has no attribute 'missing'"),
+    (["{m}:NUMBER", "--num-replicas", "4"],
+     "MODULE:ATTR: feature_config[''] must be a FeatureConfig, got int."),
+    (["{m}:broken", "--num-replicas", "4"],
+     "MODULE:ATTR: calling {m}:broken raised ZeroDivisionError: no model\n"
+     "(--debug shows the traceback)"),
+    (["{m}:model", "--num-replicas", "4", "--per-replica-batch-size", "8",
+      "--proto-out", "{d}/no_dir/config.pbtxt"],
+     "--proto-out: cannot write '{d}/no_dir/config.pbtxt': no directory "
+     "'{d}/no_dir'"),
+    (["{m}:model", "--num-replicas", "4", "--per-replica-batch-size", "8",
+      "--proto-out", "{d}"], "--proto-out: '{d}' is a directory; expected a "
+     "file"),
+])
+def test_cli_bad_input_is_one_line_naming_the_argument(tmp_path, capsys, argv,
+                                                       line):
+  module = tmp_path / "my_config.py"
+  module.write_text(_CONFIG_MODULE + _BAD_TARGETS)
+  fill = dict(m=str(module), d=str(tmp_path))
+  try:
+    status = cli.main([a.format(**fill) for a in argv])
+  except SystemExit as e:  # argparse's own errors
+    status = e.code
+  out, err = capsys.readouterr()
+  assert status == 2 and out == ""
+  assert err == f"python -m tfemb.tpu: error: {line.format(**fill)}\n"
+  assert _written(tmp_path) == ["my_config.py"]  # nothing written
+
+
+def test_cli_debug_raises_the_error(tmp_path):
+  module = tmp_path / "my_config.py"
+  module.write_text(_CONFIG_MODULE + _BAD_TARGETS)
+  with pytest.raises(ValueError, match="no model") as raised:
+    cli.main([f"{module}:broken", "--num-replicas", "4", "--debug"])
+  assert isinstance(raised.value.__cause__, ZeroDivisionError)
+
+
+def test_cli_writes_no_proto_it_cannot_write_whole(tmp_path, capsys,
+                                                   monkeypatch):
+  """A failed write leaves no file, and no report was printed."""
+  module = tmp_path / "my_config.py"
+  module.write_text(_CONFIG_MODULE)
+
+  def full_disk(*_):
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr(os, "replace", full_disk)
+  assert cli.main([f"{module}:model", "--num-replicas", "4",
+                   "--per-replica-batch-size", "8", "--proto-out",
+                   str(tmp_path / "config.pbtxt")]) == 2
+  out, err = capsys.readouterr()
+  assert out == "" and err == (
+      f"python -m tfemb.tpu: error: --proto-out: cannot write "
+      f"'{tmp_path}/config.pbtxt': No space left on device\n")
+  assert _written(tmp_path) == ["my_config.py"]
 
 
 def test_python_dash_m_tfemb_tpu(tmp_path):
@@ -355,3 +464,15 @@ def test_python_dash_m_tfemb_tpu(tmp_path):
       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   rows = [line.split() for line in done.stdout.splitlines()]
   assert ["user", "users", "[3]"] in rows
+  # Bad input: one line, status 2, no traceback (TensorFlow's own start-up
+  # log lines aside).
+  done = subprocess.run(
+      [sys.executable, "-m", "tfemb.tpu", f"{module}:model",
+       "--num-replicas", "2", "--proto-out", str(tmp_path / "no" / "p")],
+      capture_output=True, text=True, check=False,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  assert done.returncode == 2 and done.stdout == ""
+  assert "Traceback" not in done.stderr
+  assert done.stderr.splitlines()[-1] == (
+      f"python -m tfemb.tpu: error: --proto-out: cannot write "
+      f"'{tmp_path}/no/p': no directory '{tmp_path}/no'")

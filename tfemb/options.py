@@ -11,7 +11,8 @@ options for its life; changing them later changes only engines built later.
 `use(**changes)` applies changes for the duration of a `with` block (blocks
 nest, the inner one winning; other threads see them too while the block
 runs); `set(**changes)` applies them for the rest of the process. Unknown
-names raise a TypeError naming the valid ones.
+names raise a TypeError naming the valid ones, and so does a value of the
+wrong type (`fused_kernels="off"`: the switches take True or False).
 
 Each option defaults to an environment variable, read by `get()` (see
 `Options`); the environment only gives defaults, code overrides them.
@@ -67,7 +68,12 @@ class Options:
     kernel_cache: `TFEMB_KERNEL_CACHE` [None: `$XDG_CACHE_HOME/tfemb` or
       `~/.cache/tfemb`]. Where compiled kernels are kept.
 
-  A switch is off for "0", "false", "no" or "off".
+  In the environment a switch is off for "0", "false", "no" or "off". In
+  code every option has its type: the switches take True or False only
+  (not those spellings: `fused_kernels="off"` is refused, not read as on),
+  `kernel_march` a str, `kernel_cache` None, a str or an `os.PathLike`
+  (kept as a str); anything else raises a TypeError naming the option and
+  what it takes.
   """
 
   fused_kernels: bool = dataclasses.field(
@@ -81,8 +87,35 @@ class Options:
   kernel_cache: Optional[str] = dataclasses.field(
       default_factory=lambda: os.environ.get("TFEMB_KERNEL_CACHE") or None)
 
+  def __post_init__(self):
+    for field in dataclasses.fields(self):
+      object.__setattr__(self, field.name,
+                         _checked_value(field.name,
+                                        getattr(self, field.name)))
+
 
 _NAMES = tuple(f.name for f in dataclasses.fields(Options))
+_SWITCHES = ("fused_kernels", "interleaved_slots", "malloc_tuning")
+
+
+def _checked_value(name: str, value: Any) -> Any:
+  """`value`, if option `name` takes it (a path as a str); else a
+  TypeError naming the option and what it takes."""
+  if name in _SWITCHES:
+    if isinstance(value, bool):
+      return value
+    expected = ("True or False (the environment's \"0\"/\"off\" and "
+                "\"1\"/\"on\" spellings are for TFEMB_* variables)")
+  elif name == "kernel_march":
+    if isinstance(value, str):
+      return value
+    expected = 'a str (an -march target; "": the compiler\'s default)'
+  else:  # kernel_cache
+    if value is None or isinstance(value, (str, os.PathLike)):
+      return None if value is None else os.fspath(value)
+    expected = "None or a directory (a str or os.PathLike)"
+  raise TypeError(f"tfemb option {name} takes {expected}; got {value!r}.")
+
 _lock = threading.Lock()
 _process: Dict[str, Any] = {}  # from `set`
 _scopes: List[Dict[str, Any]] = []  # from `use`, innermost last
@@ -93,7 +126,8 @@ def _checked(changes: Dict[str, Any]) -> Dict[str, Any]:
   if unknown:
     raise TypeError(f"Unknown tfemb option(s) {unknown}; the options are "
                     f"{list(_NAMES)}.")
-  return changes
+  return {name: _checked_value(name, value)
+          for name, value in changes.items()}
 
 
 def get() -> Options:
@@ -108,7 +142,7 @@ def get() -> Options:
 
 def set(**changes) -> None:  # pylint: disable=redefined-builtin
   """Changes options for the rest of the process (engines built later)."""
-  _checked(changes)
+  changes = _checked(changes)
   with _lock:
     _process.update(changes)
 

@@ -6,6 +6,7 @@ tensorflow-recommenders (`tfrs.layers.embedding.TPUEmbedding`) to tfemb's:
 every module attribute that holds one of those classes, including the
 aliases other modules made when they imported it (`from ... import
 TPUEmbedding`), is set to tfemb's class; `undo()` puts each one back.
+Patches nest: the names stay routed until every patch is undone.
 Under a `TPUStrategy`, tfemb's classes hand the work to TensorFlow's own
 (docs/tpu.md), so a patched program still runs TensorFlow's engines on a
 TPU. What the patch does not reach: a class object a program stored
@@ -30,7 +31,8 @@ import tensorflow as tf
 from tfemb.tpu.tensorflow_classes import TENSORFLOW_ENGINES
 
 _LOCK = threading.Lock()
-_ACTIVE: List["Patch"] = []
+_ACTIVE: List["Patch"] = []  # patches not undone, outermost first
+_CHANGED: List[Tuple[Any, str, Any]] = []  # (module, name, original)
 
 
 def _replacements() -> Dict[int, Tuple[Any, Any]]:
@@ -60,47 +62,54 @@ def _tfrs_layer() -> Optional[type]:
   return getattr(module, "TPUEmbedding", None)
 
 
+def _check_strategy() -> None:
+  strategy = tf.distribute.get_strategy()
+  if "TPUStrategy" in type(strategy).__name__:
+    raise RuntimeError(
+        "tfemb.patch() routes TensorFlow's TPU embedding classes to tfemb "
+        "off the TPU; under a TPUStrategy TensorFlow's own classes already "
+        "run. Call it outside any TPUStrategy scope, or not at all on a "
+        "TPU.")
+
+
+def _install() -> None:
+  """Routes every module attribute holding one of the classes, recording
+  each in `_CHANGED`."""
+  replacements = _replacements()
+  for module in list(sys.modules.values()):
+    namespace = getattr(module, "__dict__", None)
+    if not isinstance(namespace, dict) or module.__name__.startswith(
+        "tfemb"):
+      continue
+    for name, value in list(namespace.items()):
+      pair = replacements.get(id(value))
+      if pair is not None and value is pair[0]:
+        setattr(module, name, pair[1])
+        _CHANGED.append((module, name, value))
+
+
 class Patch:
-  """An installed patch (`tfemb.patch()`); `undo()` or leaving its `with`
-  block removes it. Undoing twice is harmless."""
-
-  def __init__(self):
-    self._changed: List[Tuple[Any, str, Any]] = []  # (module, name, original)
-
-  def _install(self) -> "Patch":
-    strategy = tf.distribute.get_strategy()
-    if "TPUStrategy" in type(strategy).__name__:
-      raise RuntimeError(
-          "tfemb.patch() routes TensorFlow's TPU embedding classes to tfemb "
-          "off the TPU; under a TPUStrategy TensorFlow's own classes already "
-          "run. Call it outside any TPUStrategy scope, or not at all on a "
-          "TPU.")
-    replacements = _replacements()
-    for module in list(sys.modules.values()):
-      namespace = getattr(module, "__dict__", None)
-      if not isinstance(namespace, dict) or module.__name__.startswith(
-          "tfemb"):
-        continue
-      for name, value in list(namespace.items()):
-        pair = replacements.get(id(value))
-        if pair is not None and value is pair[0]:
-          setattr(module, name, pair[1])
-          self._changed.append((module, name, value))
-    return self
+  """A `tfemb.patch()`; `undo()` or leaving its `with` block ends it.
+  Patches nest: the classes stay routed until every patch is undone (the
+  last undo, normally the outermost's, puts TensorFlow's classes back).
+  Undoing twice is harmless."""
 
   @property
   def active(self) -> bool:
     return self in _ACTIVE
 
   def undo(self) -> None:
-    """Puts back every attribute the patch changed (harmless if done)."""
+    """Ends this patch; the last one to end puts back every attribute the
+    patches changed. Harmless if done."""
     with _LOCK:
       if self not in _ACTIVE:
         return
       _ACTIVE.remove(self)
-      for module, name, original in reversed(self._changed):
+      if _ACTIVE:
+        return
+      for module, name, original in reversed(_CHANGED):
         setattr(module, name, original)
-      self._changed = []
+      _CHANGED.clear()
 
   def __enter__(self) -> "Patch":
     return self
@@ -109,7 +118,7 @@ class Patch:
     self.undo()
 
   def __repr__(self) -> str:
-    return (f"<tfemb patch: {len(self._changed)} names routed, "
+    return (f"<tfemb patch: {len(_CHANGED)} names routed, "
             f"{'active' if self.active else 'undone'}>")
 
 
@@ -117,17 +126,19 @@ def patch() -> Patch:
   """Routes `tf.tpu.experimental.embedding`'s engine classes and
   tensorflow-recommenders' `TPUEmbedding` layer to tfemb's, in every module
   loaded now (and so in every module loaded later that imports them from
-  there). Returns the `Patch`: call `undo()`, or use it as a context
-  manager. Patching again while patched changes nothing more."""
+  there). Returns a new `Patch`: call `undo()`, or use it as a context
+  manager. Patches nest: one made while patched changes nothing more, and
+  undoing it leaves the classes routed until the outer patch is undone."""
+  _check_strategy()
   with _LOCK:
-    if _ACTIVE:
-      return _ACTIVE[-1]
-    installed = Patch()._install()
+    if not _ACTIVE:
+      _install()
+    installed = Patch()
     _ACTIVE.append(installed)
     return installed
 
 
 def unpatch() -> None:
-  """Undoes `tfemb.patch()` (harmless when not patched)."""
+  """Undoes every `tfemb.patch()` (harmless when not patched)."""
   for active in list(_ACTIVE):
     active.undo()

@@ -1,16 +1,80 @@
 """`python -m tfemb.run script.py ARGS...` (or `-m package.module ARGS...`):
 runs a TPU program unchanged off the TPU, under `tfemb.patch()`
-(`tfemb.patching`). The program sees `sys.argv` as `[script.py, ARGS...]`,
-as `python script.py ARGS...` gives it.
+(`tfemb.patching`), as `python script.py ARGS...` (or `python -m ...`)
+runs it: `sys.argv` is `[script.py, ARGS...]`, the script's `__file__` is
+its absolute path and its directory is first on `sys.path`; a script that
+cannot be opened, or a module that cannot be found, is Python's one line on
+stderr and its exit status (2, 1).
 """
 
+import importlib.machinery
+import importlib.util
+import io
 import os
 import runpy
 import sys
+import types
 from typing import Optional, Sequence
 
 _USAGE = ("usage: python -m tfemb.run script.py [ARGS...]\n"
           "       python -m tfemb.run -m package.module [ARGS...]")
+
+
+class _NotFound(ImportError):
+  """A module `python -m` would not run (runpy's message)."""
+
+
+def _program() -> str:
+  """The interpreter's name as Python's own messages give it."""
+  return getattr(sys, "orig_argv", None) and sys.orig_argv[0] or "python"
+
+
+def _module_error(name: str) -> Optional[str]:
+  """Python's message if `python -m name` would not find it, else None."""
+  details = getattr(runpy, "_get_module_details", None)  # python -m's own
+  try:
+    if details is not None:
+      details(name, _NotFound)
+    elif importlib.util.find_spec(name) is None:
+      return f"No module named {name}"
+  except _NotFound as e:
+    return str(e)
+  return None
+
+
+def _script(path: str):
+  """(code, absolute path) of a script file, or an error line and status
+  as Python gives them; a directory or zip goes to runpy (its __main__)."""
+  absolute = os.path.abspath(path)
+  if os.path.isdir(absolute) and not any(
+      os.path.exists(os.path.join(absolute, "__main__" + ext))
+      for ext in (".py", ".pyc")):
+    return None, (f"{sys.executable}: can't find '__main__' module in "
+                  f"{absolute!r}", 1)
+  if os.path.isdir(absolute):
+    return None, None
+  try:
+    with io.open_code(absolute) as f:
+      source = f.read()
+  except OSError as e:
+    return None, (f"{_program()}: can't open file {absolute!r}: [Errno "
+                  f"{e.errno}] {e.strerror}", 2)
+  return compile(source, absolute, "exec", dont_inherit=True), None
+
+
+def _run_script(code, path: str) -> None:
+  """Runs `code` as Python runs a script: module `__main__`, `__file__`
+  absolute."""
+  main = types.ModuleType("__main__")
+  main.__dict__.update(
+      __file__=path, __cached__=None,
+      __loader__=importlib.machinery.SourceFileLoader("__main__", path))
+  saved = sys.modules.get("__main__")
+  sys.modules["__main__"] = main
+  try:
+    exec(code, main.__dict__)  # pylint: disable=exec-used
+  finally:
+    sys.modules["__main__"] = saved
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -18,6 +82,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   if not argv or argv[0] in ("-h", "--help") or argv == ["-m"]:
     print(_USAGE, file=sys.stderr)
     return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+  if argv[0] == "-m":
+    error = _module_error(argv[1])
+    if error is not None:
+      print(f"{sys.executable}: {error}", file=sys.stderr)
+      return 1
+  else:
+    code, failure = _script(argv[0])
+    if failure is not None:
+      print(failure[0], file=sys.stderr)
+      return failure[1]
   import tfemb  # pylint: disable=g-import-not-at-top
   with tfemb.patch():
     if argv[0] == "-m":
@@ -25,8 +99,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
     else:
       sys.argv = argv
-      sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
-      runpy.run_path(argv[0], run_name="__main__")
+      path = os.path.abspath(argv[0])
+      sys.path.insert(0, os.path.dirname(path))
+      if code is None:  # a directory with a __main__ module
+        runpy.run_path(path, run_name="__main__")
+      else:
+        _run_script(code, path)
   return 0
 
 

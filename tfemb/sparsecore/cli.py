@@ -15,35 +15,39 @@ batches it fails), the tables' and slots' memory per chip, and a suggested
 `SparseCoreEmbeddingConfig`.
 """
 
-import argparse
-import itertools
 import json
-import sys
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import resolution
 from tfemb.sparsecore import stats
+from tfemb.sparsecore_configs import SparseCoreEmbeddingConfig
 from tfemb.tpu import cli as plan_cli
+from tfemb.tpu import command_line
 
 
-def _parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(
+def _parser() -> command_line.Parser:
+  parser = command_line.Parser(
       prog="python -m tfemb.tpu sparsecore",
       description="The SparseCore's id limits (TPUEmbeddingV2) for an input "
       "pipeline, counted as a TPU counts them.")
+  count = command_line.positive_int
   parser.add_argument("--config", required=True, metavar="MODULE:ATTR",
+                      type=command_line.target,
                       help="feature config, (feature config, optimizer), or "
                       "a function of no arguments returning one")
   parser.add_argument("--data", required=True, metavar="MODULE:FN",
+                      type=command_line.target,
                       help="a function of no arguments returning one chip's "
                       "batches")
-  parser.add_argument("--chips", type=int, required=True,
+  parser.add_argument("--chips", type=count, required=True,
                       help="TPU chips (the replicas of a TPUStrategy)")
-  parser.add_argument("--sc-per-chip", type=int, default=4)
-  parser.add_argument("--batches", type=int, default=100,
+  parser.add_argument("--sc-per-chip", type=count, default=4)
+  parser.add_argument("--batches", type=count, default=100,
                       help="batches to scan (default 100)")
   parser.add_argument("--sparse-core-config", metavar="MODULE:ATTR",
+                      type=command_line.target,
                       help="a SparseCoreEmbeddingConfig to check (default: "
                       "TensorFlow's defaults)")
   parser.add_argument("--json", metavar="FILE",
@@ -51,40 +55,94 @@ def _parser() -> argparse.ArgumentParser:
   return parser
 
 
-def _features(config_structure, batch) -> Any:
+def _paths(structure) -> list:
+  return [p for p, _ in nest.flatten_with_joined_string_paths(structure)]
+
+
+def _features(config_structure, batch, index: int) -> Any:
   """A batch's features: the batch, or the first of a (features, labels)
-  pair."""
+  pair; refused unless it has the feature config's structure."""
+  candidates = [batch]
+  if isinstance(batch, (tuple, list)) and batch:
+    candidates.append(batch[0])
+  for features in candidates:
+    try:
+      nest.assert_same_structure(config_structure, features)
+      return features
+    except (ValueError, TypeError):
+      pass
+  raise command_line.UsageError(
+      "--data", f"batch {index} has features {_paths(candidates[-1])}; "
+      f"expected the structure of --config: {_paths(config_structure)} "
+      "(or a (features, labels) pair)")
+
+
+def _iterator(data) -> Iterator[Any]:
   try:
-    nest.assert_same_structure(config_structure, batch)
-    return batch
-  except (ValueError, TypeError):
-    if isinstance(batch, (tuple, list)) and batch:
-      return batch[0]
-    return batch
+    with command_line.iterating("--data", "iterating over it"):
+      return iter(data)
+  except command_line.UsageError as e:
+    if not isinstance(e.__cause__, TypeError):
+      raise
+  raise command_line.UsageError(
+      "--data", "expected batches (an iterable: a tf.data.Dataset, a list, "
+      f"a generator), got {type(data).__name__}")
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-  args = _parser().parse_args(argv)
-  if args.batches <= 0:
-    raise SystemExit("--batches must be positive.")
-  feature_config, optimizer = plan_cli.load(args.config)
-  data = plan_cli.load(args.data)[0]
-  sc_config = (plan_cli.load(args.sparse_core_config)[0]
-               if args.sparse_core_config else None)
-  batches = (_features(feature_config, b)
-             for b in itertools.islice(iter(data), args.batches))
+def _batches(batches, config_structure, count: int) -> Iterator[Any]:
+  """The first `count` batches' features; the user's errors in reading
+  them name --data."""
+  end = object()
+  for index in range(count):
+    with command_line.iterating("--data", f"reading batch {index}"):
+      batch = next(batches, end)
+    if batch is end:
+      return
+    yield _features(config_structure, batch, index)
+
+
+def _config(args):
+  """The feature config, optimizer and SparseCore config, checked."""
+  feature_config, optimizer = plan_cli.load(args.config, "--config")
+  try:
+    resolution.resolve(feature_config, optimizer)
+  except (ValueError, TypeError) as e:
+    raise command_line.UsageError("--config", str(e)) from e
+  sc_config = None
+  if args.sparse_core_config:
+    sc_config = command_line.attribute("--sparse-core-config",
+                                       args.sparse_core_config)
+    if not isinstance(sc_config, SparseCoreEmbeddingConfig):
+      raise command_line.UsageError(
+          "--sparse-core-config", "expected a SparseCoreEmbeddingConfig, "
+          f"got {type(sc_config).__name__}")
+  return feature_config, optimizer, sc_config
+
+
+def _report(args) -> int:
+  if args.json and args.json != "-":
+    command_line.check_writable("--json", args.json)
+  feature_config, optimizer, sc_config = _config(args)
+  data = _iterator(command_line.attribute("--data", args.data))
+  batches = _batches(data, feature_config, args.batches)
   try:
     result = stats.report(batches, feature_config, args.chips,
                           args.sc_per_chip, optimizer, sc_config)
+  except command_line.UsageError:
+    raise
   except ValueError as e:
-    print(f"error: {e}", file=sys.stderr)
-    return 2
+    raise command_line.UsageError(None, str(e)) from e
   if args.json == "-":
     print(json.dumps(result, indent=2))
     return 0
+  if args.json:
+    command_line.write_whole("--json", args.json,
+                             json.dumps(result, indent=2))
   print(stats.format_report(result))
   if args.json:
-    with open(args.json, "w") as f:
-      json.dump(result, f, indent=2)
     print(f"\nJSON written to {args.json}")
   return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  return command_line.run(_parser(), argv, _report)

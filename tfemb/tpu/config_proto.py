@@ -86,7 +86,7 @@ def output_shapes(
   `[batch, max_sequence_length]` for a sequence feature.
   """
   incoming = [None] * len(resolved.features)
-  if per_replica_batch_size:
+  if per_replica_batch_size is not None:
     incoming = [shapes_lib.from_batch_size(per_replica_batch_size, f)
                 for f in resolved.features]
   fixed = shapes_lib.fix(resolved.paths,

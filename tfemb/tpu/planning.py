@@ -16,6 +16,7 @@ The engine's own working buffers are not counted.
 """
 
 import dataclasses
+import numbers
 from typing import Any, Dict, Optional, Tuple
 
 from tfemb import optimizers
@@ -102,16 +103,29 @@ class TPUPlan:
     return report.format_plan(self)
 
 
+def _check_counts(**counts) -> None:
+  """Each count an integer >= 1 (None where it may be left out: the
+  optional ones' defaults are None, and 0 is not "not given")."""
+  for name, value in counts.items():
+    optional = name not in ("num_replicas", "num_hosts")
+    if (value is None and optional) or (
+        isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        and value >= 1):
+      continue
+    raise ValueError(f"{name}={value!r}: expected an integer >= 1"
+                     f"{' or None' if optional else ''}.")
+
+
 def _topology(num_replicas, num_hosts, chips_per_host, num_cores_per_replica):
   """(TensorCores, chips per host), checked."""
   cores = num_replicas * (num_cores_per_replica or 1)
-  if num_hosts < 1 or cores % num_hosts:
+  if cores % num_hosts:
     raise ValueError(
         f"num_hosts={num_hosts} must be >= 1 and divide the {cores} "
         "TensorCores (num_replicas x num_cores_per_replica).")
   per_host = cores // num_hosts
-  chips_per_host = chips_per_host or per_host
-  if chips_per_host < 1 or per_host % chips_per_host:
+  chips_per_host = per_host if chips_per_host is None else chips_per_host
+  if per_host % chips_per_host:
     raise ValueError(
         f"chips_per_host={chips_per_host} must be >= 1 and divide the "
         f"{per_host} TensorCores of a host.")
@@ -146,6 +160,10 @@ def plan(feature_config: Any,
   Returns:
     A `TPUPlan`.
   """
+  _check_counts(num_replicas=num_replicas,
+                per_replica_batch_size=per_replica_batch_size,
+                num_hosts=num_hosts, chips_per_host=chips_per_host,
+                num_cores_per_replica=num_cores_per_replica)
   cores, chips_per_host = _topology(num_replicas, num_hosts, chips_per_host,
                                     num_cores_per_replica)
   resolved = config_proto_lib.resolve(feature_config, optimizer)
