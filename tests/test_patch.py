@@ -170,8 +170,12 @@ def test_tfemb_run_refuses_what_python_refuses_as_python_does(
   """The same stderr and exit status as `python ARGS` (no traceback)."""
   (tmp_path / "empty_dir").mkdir()
   monkeypatch.chdir(tmp_path)
-  python = subprocess.run([sys.orig_argv[0], *argv], executable=sys.executable,
-                          capture_output=True, text=True, check=False,
+  # Both name the interpreter by its absolute path (the pass may have been
+  # started as a relative `.venv/bin/python`, which means another file from
+  # tmp_path).
+  monkeypatch.setattr(sys, "orig_argv", [sys.executable] + sys.orig_argv[1:])
+  python = subprocess.run([sys.executable, *argv], capture_output=True,
+                          text=True, check=False,
                           env=dict(os.environ, PYTHONPATH=""))
   assert python.returncode in (1, 2) and python.stderr.count("\n") == 1
   assert tfemb_run.main(argv) == python.returncode
