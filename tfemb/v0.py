@@ -37,6 +37,7 @@ def _tpu_engine(feature_config, optimizer):
       embedding_feature=delegate.EmbeddingFeature.UNSUPPORTED)
 
 
+@delegate.shows_init_arguments
 class TPUEmbeddingV0(HostEmbedding):
   """`tf.tpu.experimental.embedding.TPUEmbeddingV0`, on any strategy.
 

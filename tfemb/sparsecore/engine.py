@@ -53,6 +53,7 @@ class Preserved(dict):
   variable)."""
 
 
+@delegate.shows_init_arguments
 class TPUEmbeddingV2(autotrackable.AutoTrackable):
   """`tf.tpu.experimental.embedding.TPUEmbeddingV2`, computed on the host.
 
