@@ -20,13 +20,13 @@ from tfemb import update_rules
 from tfemb import validation
 from tfemb.host import step
 from tfemb.host import tables as table_paths
-from tfemb.sparsecore_configs import CustomCombiner
+from tfemb import sparsecore_configs
 
 SLOT = "custom_combiner_variables"
 
 
 def is_custom(combiner) -> bool:
-  return isinstance(combiner, CustomCombiner)
+  return sparsecore_configs.is_a(combiner, "CustomCombiner")
 
 
 class Kept(NamedTuple):
