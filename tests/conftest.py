@@ -20,6 +20,27 @@ tf.config.set_logical_device_configuration(
     _cpu, [tf.config.LogicalDeviceConfiguration()] * NUM_LOGICAL_CPUS)
 
 
+
+def _tfemb_modules():
+  """Every module of tfemb by name, read from its files."""
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  names = []
+  for folder, _, files in os.walk(os.path.join(root, "tfemb")):
+    package = os.path.relpath(folder, root).replace(os.sep, ".")
+    names += [package if f == "__init__.py" else f"{package}.{f[:-3]}"
+              for f in files if f.endswith(".py")]
+  return sorted(names)
+
+
+# setup.cfg's `error:::tfemb(\.|$)` (a warning from tfemb's modules fails the
+# test) holds in pytest's process only: the tests' subprocesses (workers,
+# scripts, CLIs) get it from PYTHONWARNINGS, where a filter's module is a
+# full name, so every module is named.
+os.environ["PYTHONWARNINGS"] = ",".join(
+    [v for v in [os.environ.get("PYTHONWARNINGS")] if v] +
+    [f"error:::{name}" for name in _tfemb_modules()])
+
+
 # Reads TensorFlow's SparseCore internals at import (2.17 on).
 collect_ignore = ([] if tf_versions.at_least(tf_versions.STACKER_ADDED_IN)
                   else ["test_sparsecore_layout.py"])

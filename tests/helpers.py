@@ -1,6 +1,8 @@
 """Builders shared by the tests: Python lists of ids -> TensorFlow inputs,
 and a `CustomOptimizer`'s computation."""
 
+import re
+
 import numpy as np
 import tensorflow as tf
 
@@ -43,3 +45,22 @@ def adagrad_like(gradient, embedding_table, slot_variables, learning_rate,
   accumulator = slot_variables[0] + gradient * gradient
   return (embedding_table - scale * learning_rate * gradient /
           tf.sqrt(accumulator), accumulator)
+
+
+def assert_names(message, feature=None, table=None):
+  """An error `message` names `feature` and `table` (None: not asked for),
+  with no backslash-escaped quote (TensorFlow's Assert op escapes quotes,
+  so tfemb's checks quote names in backticks). tfemb's own messages say
+  "Feature `f` (table `t`)" or "Table `t`" (Python's errors may quote with
+  '); TensorFlow's messages, which tfemb keeps, name a feature bare."""
+  assert not re.search(r"\\['\"]", message), message
+  q = "[`']"
+  if table is not None:
+    name = (rf"Table {q}{re.escape(table)}{q}" if feature is None else
+            rf"Feature {q}{re.escape(feature)}{q} \(table "
+            rf"{q}{re.escape(table)}{q}\)")
+  elif feature is not None:
+    name = rf"(?<![\w`']){q}?{re.escape(feature)}{q}?(?![\w`'])"
+  else:
+    return
+  assert re.search(name, message), (name, message)

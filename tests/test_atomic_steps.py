@@ -110,7 +110,7 @@ def test_non_scalar_learning_rate_is_refused_naming_the_table(
   step = make_step(embedding, mode)
   embedding.build()
   before = snapshot(embedding)
-  with pytest.raises(ValueError, match=r"Table 'b': .* scalar, got shape"):
+  with pytest.raises(ValueError, match=r"Table \W*b\W*: .* scalar, got shape"):
     step(features(), gradients())
   assert_unchanged(embedding, before)
 
@@ -258,7 +258,7 @@ def test_constant_non_finite_learning_rate_is_refused(engine_path, mode,
   step = make_step(embedding, mode)
   embedding.build()
   before = snapshot(embedding)
-  with pytest.raises(ValueError, match=r"Table 'b': the learning rate must "
+  with pytest.raises(ValueError, match=r"Table \W*b\W*: the learning rate must "
                      "be a finite float scalar, got"):
     step(features(), gradients())
   assert_unchanged(embedding, before)

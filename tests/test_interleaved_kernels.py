@@ -96,13 +96,13 @@ def test_a_variable_of_another_width_is_refused_and_left_alone():
   storage_np = np.ones((VOCAB, 2 * DIM), np.float32)  # Adam needs 3 x dim
   storage = tf.Variable(storage_np)
   with pytest.raises(tf.errors.InvalidArgumentError,
-                     match=r"Table 't'.*expected \[rows, 15\]"):
+                     match=r"Table \W*t\W*.*expected \[rows, 15\]"):
     kernel_ops.apply_rows(table, _parameters(storage),
                           tf.constant([1], tf.int64),
                           tf.ones((1, DIM)), tf.constant(0.1))
   np.testing.assert_array_equal(storage.numpy(), storage_np)
   with pytest.raises(tf.errors.InvalidArgumentError,
-                     match=r"Table 't'.*shape \[9, 5\], got \[9,15\]"):
+                     match=r"Table \W*t\W*.*shape \[9, 5\], got \[9,15\]"):
     kernel_ops.dedup_gather(table, tf.Variable(np.ones((VOCAB, 3 * DIM),
                                                        np.float32)),
                             [tf.constant([1], tf.int64)], ["f"])

@@ -263,9 +263,10 @@ def test_a_wrong_dtype_is_a_type_error_and_a_value_error(features, weights,
   embedding = tfemb.TPUEmbedding({"feature_x": tfemb.FeatureConfig(table())},
                                  tfemb.SGD())
   weights = None if weights is None else {"feature_x": weights}
-  with pytest.raises(error, match=r"Feature 'feature_x': (ids|weights) must"):
+  pattern = r"Feature \W*feature_x\W*[^:]*: (ids|weights) must"
+  with pytest.raises(error, match=pattern):
     embedding({"feature_x": features}, weights)
-  with pytest.raises(error, match=r"Feature 'feature_x': (ids|weights) must"):
+  with pytest.raises(error, match=pattern):
     embedding.enqueue({"feature_x": features}, weights, training=False)
 
 

@@ -28,11 +28,11 @@ TENSORFLOWS_OWN = ("CustomCombiner", "CustomOptimizer", "RowIdInitializer",
 
 
 def _parameters(obj, leave_out=()):
-  """(name, kind, default) of each parameter of a function or of a class's
-  `__init__`, but those named in `leave_out`; annotations are left out."""
-  function = obj.__init__ if inspect.isclass(obj) else obj
+  """(name, kind, default) of each parameter of a function or a class, as
+  `inspect.signature` (so `help()` and IDEs) reads it, but those named in
+  `leave_out`; annotations are left out."""
   return [(p.name, p.kind, p.default)
-          for p in inspect.signature(function).parameters.values()
+          for p in inspect.signature(obj).parameters.values()
           if p.name not in leave_out]
 
 
@@ -48,7 +48,9 @@ def test_the_namespace_is_read_from_tensorflow():
 @pytest.mark.parametrize("name", TF_NAMES)
 def test_every_name_exists_with_tensorflows_signature(name):
   """With 2.21, the same signature; with an older TensorFlow, the same once
-  the arguments 2.21 added since are left out of tfemb's."""
+  the arguments 2.21 added since are left out of tfemb's. Read from the
+  class itself: the engines' `__new__`, which hands off to TensorFlow under
+  a TPUStrategy, shows their constructor's arguments."""
   theirs = getattr(tf_emb, name)
   assert hasattr(tfemb, name), f"tfemb has no {name}"
   assert name in tfemb.__all__

@@ -92,3 +92,19 @@ def test_setup_cfg_requires_no_tensorflow_build_and_declares_the_range():
       f"tensorflow-cpu{bounds}"]
   assert lines("options.extras_require", "tensorflow") == [
       f"tensorflow{bounds}", f"tf-keras{bounds}"]
+
+
+def test_a_warning_from_tfemb_fails_a_subprocess_of_the_tests_too():
+  """setup.cfg's filter (a warning issued from tfemb's modules is an
+  error) reaches the tests' subprocesses (tests/conftest.py): a worker that
+  warns from any tfemb module fails, as the test itself would."""
+  probe = ("import warnings; warnings.warn_explicit('probe', UserWarning, "
+           "'engine.py', 1, module={!r})")
+  for module, fails in (("tfemb", True), ("tfemb.host.engine", True),
+                        ("tfemb.layers.partial", True),
+                        ("tfembx", False), ("tensorflow", False)):
+    done = subprocess.run([sys.executable, "-c", probe.format(module)],
+                          capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert (done.returncode != 0) == fails, (module, done.stderr)
+    assert ("UserWarning: probe" in done.stderr), (module, done.stderr)

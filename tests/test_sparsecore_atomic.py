@@ -275,8 +275,8 @@ FAILING = {
         r"Table \W*b\W*: the learning rate must be a finite float scalar"),
     "the combiner weights' learning rate": (
         lambda k: k.lr_c.assign(np.nan), {},
-        r"Table \W*c\W*: the CustomCombiner\W*s "
-        "combiner_weights_learning_rate must be a finite float scalar"),
+        r"Table \W*c\W*: the combiner_weights_learning_rate of its "
+        "CustomCombiner must be a finite float scalar"),
     "non-finite combiner weights": (
         lambda k: k.lr_c.assign(3e38), {"scale_c": 1e3},
         r"Table \W*c\W*: the update would make a row"),
@@ -320,7 +320,8 @@ def test_a_python_number_combiner_learning_rate_is_checked_first():
   embedding = make_embedding(Knobs(), lr_c=float("inf"))
   embedding.build()
   before = snapshot(embedding)
-  with pytest.raises(ValueError, match="Table 'c': the CustomCombiner's"):
+  with pytest.raises(ValueError,
+                     match="Table .c.: the combiner_weights_learning_rate"):
     make_step(embedding, "eager")(features(), gradients())
   assert_unchanged(embedding, before)
 

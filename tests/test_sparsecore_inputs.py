@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import helpers
 import tfemb
 
 # The SparseCore host engine needs TensorFlow's stacker (2.17 on).
@@ -95,7 +96,7 @@ def test_what_tensorflow_refuses_is_refused_naming_the_feature(
     ids, weights, message):
   embedding = make()
   before = table_of(embedding)
-  with pytest.raises(ValueError, match="Feature 'f': " + message):
+  with pytest.raises(ValueError, match=r"Feature \W*f\W*: " + message):
     embedding({"f": ids}, None if weights is None else {"f": weights})
   np.testing.assert_array_equal(table_of(embedding), before)
 
@@ -138,3 +139,79 @@ def test_a_custom_combiner_feature_refuses_indices_outside_the_dense_shape():
   with pytest.raises((ValueError, tf.errors.InvalidArgumentError),
                      match=r"Feature \W*f\W* \(table"):
     embedding({"f": bad})
+
+
+def _total(valency, vectors):
+  del valency
+  return tf.reduce_sum(vectors, axis=0)
+
+
+def _twice_as_wide(valency, vectors):
+  del valency
+  return tf.concat([tf.reduce_sum(vectors, axis=0)] * 2, axis=0)
+
+
+SUM = tfemb.CustomCombiner(_total, max_valency=2)
+WIDE = tfemb.CustomCombiner(_twice_as_wide, max_valency=2)
+THREE_ROWS = [[1], [2, 3], [4]]
+FIVE_ROWS = [[1], [2, 3], [4], [5], [6]]
+
+# name: (combiner, ids, expected message, whether it names the table). Each
+# names the feature; TensorFlow's own message (prefixed with the feature)
+# names no table.
+REFUSED = {
+    "ragged_of_another_row_count": (
+        "sum", tf.ragged.constant(THREE_ROWS),
+        "should be the factor of the input data batch size|must have 4 rows",
+        False),
+    "sparse_of_another_row_count": (
+        "sum", helpers.sparse(THREE_ROWS), r"must have 4 rows \(output_shape",
+        True),
+    "custom_combiner_fewer_rows": (
+        SUM, tf.ragged.constant(THREE_ROWS), r"must have 4 rows", True),
+    "custom_combiner_more_rows": (
+        SUM, helpers.sparse(FIVE_ROWS), r"must have 4 rows", True),
+    "custom_combiner_another_width": (
+        WIDE, tf.ragged.constant([[1], [2, 3], [4], [5]]),
+        r"combiner_computation of its CustomCombiner must return one vector "
+        "of 4", True),
+    "id_outside_the_table": (
+        "sum", tf.ragged.constant([[1], [2, 3], [4], [VOCAB]]),
+        r"ids must be in \[0, 10\)", True),
+    "dense_of_another_size": (
+        "sum", tf.constant([1, 2, 3]), "Dense tensor input should have", False),
+}
+
+
+def _any_batch(x):
+  """The spec of `x`'s kind with the batch size unknown."""
+  if isinstance(x, tf.RaggedTensor):
+    return tf.RaggedTensorSpec([None, None], x.dtype, 1, x.row_splits.dtype)
+  if isinstance(x, tf.SparseTensor):
+    return tf.SparseTensorSpec([None, None], x.dtype)
+  return tf.TensorSpec([None], x.dtype)
+
+
+@pytest.mark.parametrize("in_function", [False, True], ids=["eager", "fn"])
+@pytest.mark.parametrize("name", list(REFUSED))
+def test_a_refused_batch_names_its_feature_and_table(name, in_function,
+                                                     engine_path):
+  """In a whole step, eagerly and in a tf.function whose batch size is
+  known only when it runs; nothing is written."""
+  del engine_path  # the fused kernels and TensorFlow's ops alike
+  combiner, ids, pattern, names_table = REFUSED[name]
+  embedding = make(combiner)
+  embedding.build()
+  before = table_of(embedding)
+
+  def step(ids):
+    activations, preserved = embedding({"f": ids})
+    embedding.apply_gradients({"f": 2.0 * activations["f"]}, preserved)
+
+  run = (tf.function(step, input_signature=[_any_batch(ids)])
+         if in_function else step)
+  with pytest.raises((ValueError, tf.errors.InvalidArgumentError),
+                     match=pattern) as raised:
+    run(ids)
+  helpers.assert_names(str(raised.value), "f", "t" if names_table else None)
+  np.testing.assert_array_equal(table_of(embedding), before)

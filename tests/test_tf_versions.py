@@ -6,6 +6,7 @@ that version must do: the newer branch converts, the older one refuses with
 the version error.
 """
 
+import importlib.util
 import inspect
 
 import numpy as np
@@ -124,11 +125,26 @@ def test_a_backported_custom_optimizer_converts_where_tensorflow_has_it():
   assert converted.hyperparameters == (0.5,)
 
 
+def _another_release(name):
+  """The class `name` as another TensorFlow release defines it: in
+  TensorFlow's TPU package, another class object than any tfemb imported
+  (2.21's, from tfemb's copy, loaded again as a module of TensorFlow)."""
+  spec = importlib.util.spec_from_file_location(
+      "tensorflow.python.tpu.another_release", sparsecore_backports.__file__)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return getattr(module, name)
+
+
 @pytest.mark.requires_tensorflow("2.18")
-def test_tensorflows_own_custom_optimizer_trains_a_v2_table():
+@pytest.mark.parametrize("release", ["installed", "another"])
+def test_tensorflows_own_custom_optimizer_trains_a_v2_table(release):
   """TensorFlow's `CustomOptimizer` as a script for the installed release
-  writes it (2.18 to 2.20: its own class, older than tfemb's)."""
-  optimizer = tf_embedding.CustomOptimizer(sgd_computation, learning_rate=0.5)
+  writes it (2.18 to 2.20: its own class, older than tfemb's), or for
+  another release: recognised by name, whatever the class object."""
+  cls = (tf_embedding.CustomOptimizer if release == "installed" else
+         _another_release("CustomOptimizer"))
+  optimizer = cls(sgd_computation, learning_rate=0.5)
   assert tfemb.optimizers.is_custom(optimizer)
   table = tfemb.TableConfig(8, 4, initializer=tf.ones_initializer(),
                             name="t")
@@ -149,6 +165,21 @@ def test_tensorflows_own_custom_optimizer_trains_a_v2_table():
       embedding.embedding_tables["t"].numpy()[rows, :4], want)
   with pytest.raises(ValueError, match="Table 't': only TPUEmbeddingV2"):
     tfemb.TPUEmbedding(feature, optimizer)
+
+
+@pytest.mark.requires_tensorflow("2.17")
+def test_another_releases_custom_combiner_looks_up_a_v2_table():
+  """A `CustomCombiner` of another TensorFlow release's class object:
+  tfemb's TableConfig takes it and TPUEmbeddingV2 runs it."""
+  total = lambda valency, vectors: tf.reduce_sum(vectors, axis=0)
+  combiner = _another_release("CustomCombiner")(total, max_valency=2)
+  table = tfemb.TableConfig(8, 4, initializer=tf.ones_initializer(),
+                            name="t", combiner=combiner)
+  embedding = tfemb.TPUEmbeddingV2(
+      {"f": tfemb.FeatureConfig(table, output_shape=[2])}, tfemb.SGD(0.1))
+  activations, _ = embedding({"f": tf.ragged.constant([[1, 2], [3]])})
+  np.testing.assert_allclose(activations["f"].numpy(),
+                             [[2.0] * 4, [1.0] * 4])  # the rows' sums
 
 
 def test_slot_dims_refused_by_a_tensorflow_without_them(monkeypatch):

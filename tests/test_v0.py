@@ -181,7 +181,11 @@ def test_an_optimizer_of_another_kind_is_refused_as_tensorflow_does():
       "item": tf.constant([1, 2])},
      {"user": tf.constant([1.0, 2.0]), "friends": None, "item": None},
      "Weight specified for user, but input is dense"),
-], ids=["not_every_feature", "weighted_dense"])
+    ({"user": np.array([1, 2]), "friends": tf.constant([1, 2]),
+      "item": tf.constant([1, 2])}, None,
+     r"Input user is type <class 'numpy.ndarray'>\. Tensor, SparseTensor or "
+     "RaggedTensor expected"),
+], ids=["not_every_feature", "weighted_dense", "numpy_ids"])
 def test_bad_lookups_raise_tensorflows_errors(features, weights, message):
   embedding = tfemb.TPUEmbeddingV0(feature_config(), None)
   with pytest.raises(ValueError, match=message):

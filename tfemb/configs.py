@@ -12,6 +12,7 @@ from absl import logging
 import tensorflow as tf
 from tensorflow.python.ops import init_ops_v2
 
+from tfemb import sparsecore_configs
 from tfemb.sparsecore_configs import CustomCombiner
 
 _COMBINERS = ("mean", "sum", "sqrtn")
@@ -118,7 +119,7 @@ class TableConfig:
         raise ValueError(
             f"String argument `combiner` must be in {_COMBINERS}. "
             f"Received: {combiner}")
-    elif not isinstance(combiner, CustomCombiner):
+    elif not sparsecore_configs.is_a(combiner, "CustomCombiner"):
       raise ValueError(
           f"Argument `combiner` should either be a str or a CustomCombiner. "
           f"Received: {type(combiner)}")

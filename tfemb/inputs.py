@@ -143,7 +143,7 @@ def sparse_lookup(x, w, feature) -> Lookup:
   return Lookup(x.values, segments, scales, num, outer, x.shape[:-1])
 
 
-def ragged_lookup(x, w, feature, output_shape) -> Lookup:
+def ragged_lookup(path, x, w, feature, output_shape) -> Lookup:
   """`output_shape`: the activation shape asked for (unknown: none); more
   elements than rows make each row a sequence."""
   combiner = feature.table.combiner
@@ -159,6 +159,7 @@ def ragged_lookup(x, w, feature, output_shape) -> Lookup:
         length = total // batch
       else:
         raise ValueError(
+            f"Feature {path!r}: "  # TensorFlow's message, naming the feature
             "Output shape set in the FeatureConfig should be the factor of "
             "the input data batch size. But instead got output shape "
             f"{output_shape}, input data batch size {batch}")
@@ -220,8 +221,8 @@ def to_lookup(path, x, w, feature, serving=False,
   kind = shapes.kind_of(x)
   if not x.dtype.is_integer:
     raise DtypeError(
-        f"Feature {path!r}: ids must be an integer tensor, got dtype "
-        f"{x.dtype.name}.")
+        f"{validation.feature(path, feature.table.name)}: ids must be an "
+        f"integer tensor, got dtype {x.dtype.name}.")
   if w is not None:
     # The messages of TensorFlow's serving class (direct lookups) and of
     # its TPU enqueue (training batches).
@@ -241,8 +242,9 @@ def to_lookup(path, x, w, feature, serving=False,
       raise ValueError(
           f"Weight specified for {path}, but this is a sequence feature.")
     if not w.dtype.is_floating:
-      raise DtypeError(f"Feature {path!r}: weights must be a float tensor, "
-                      f"got dtype {w.dtype.name}.")
+      raise DtypeError(
+          f"{validation.feature(path, feature.table.name)}: weights must be "
+          f"a float tensor, got dtype {w.dtype.name}.")
   error = input_shape_error(path, x, serving)
   if error:
     raise ValueError(error)
@@ -253,9 +255,9 @@ def to_lookup(path, x, w, feature, serving=False,
   x, checks = structure_checked(path, x, feature.table.name)
   if feature.validate_weights_and_indices and kind != "dense":
     if kind == "sparse":
-      checks += validation.sparse_order(path, x)
+      checks += validation.sparse_order(path, feature.table.name, x)
     if w is not None:
-      checks += validation.weights_match(path, x, w)
+      checks += validation.weights_match(path, feature.table.name, x, w)
       with tf.control_dependencies(checks):
         values = tf.identity(w.values)
       w = (tf.SparseTensor(w.indices, values, w.dense_shape)
@@ -269,9 +271,15 @@ def to_lookup(path, x, w, feature, serving=False,
   elif kind == "sparse":
     lookup = sparse_lookup(x, w, feature)
   else:
-    lookup = ragged_lookup(x, w, feature, output_shape)
+    lookup = ragged_lookup(path, x, w, feature, output_shape)
   ids = tf.cast(lookup.ids, tf.int64)
   if output_shape:
+    # The activations are reshaped to it: the input's rows must fill it.
+    rows = (validation.size_as_run(lookup.ids) if lookup.segments is None
+            else lookup.num_segments)  # a count of values, not of a shape
+    checks += validation.rows(path, feature.table.name, rows,
+                              output_shape.num_elements(),
+                              f"output_shape {output_shape.as_list()}")
     configured = tf.constant(output_shape.as_list(), tf.int64)
     lookup = lookup._replace(output_shape=configured,
                              static_shape=output_shape)

@@ -37,6 +37,7 @@ def _tpu_engine(feature_config, optimizer,
                                      pipeline_execution_with_tensor_core)
 
 
+@delegate.shows_init_arguments
 class TPUEmbedding(HostEmbedding):
   """`tf.tpu.experimental.embedding.TPUEmbedding` with the TPU's numbers.
 

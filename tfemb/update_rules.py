@@ -35,6 +35,8 @@ from typing import Callable, Dict, List, Tuple
 import numpy as np
 import tensorflow as tf
 
+from tfemb import validation
+
 Slots = Dict[str, tf.Tensor]
 Rule = Callable[..., Tuple[tf.Tensor, Slots]]
 
@@ -167,8 +169,9 @@ def checked_learning_rate(table) -> Tuple[tf.Tensor, List[tf.Operation]]:
   divides by it. A rate whose shape is known not to be a scalar, or a
   Python number that fails them, raises a ValueError here."""
   opt = table.optimizer
-  return checked_rate(opt.learning_rate, f"Table {table.name!r}: the learning "
-                      "rate", divides_by_learning_rate(opt))
+  return checked_rate(opt.learning_rate,
+                      f"{validation.table(table.name)}: the learning rate",
+                      divides_by_learning_rate(opt))
 
 
 def checked_rate(rate, what: str, positive: bool = False
@@ -189,13 +192,12 @@ def checked_rate(rate, what: str, positive: bool = False
     return tf.reshape(lr, []), []
   checks = []
   if lr.shape.rank is None:
-    checks.append(tf.raw_ops.Assert(condition=tf.equal(tf.size(lr), 1),
-                                    data=[message + "."]))
+    checks += validation.assertion(tf.equal(tf.size(lr), 1), message + ".")
   lr = tf.reshape(lr, [])
   ok = tf.math.is_finite(lr)
   if positive:
     ok = tf.logical_and(ok, lr > 0)
-  checks.append(tf.raw_ops.Assert(condition=ok, data=[message + "."]))
+  checks += validation.assertion(ok, message + ".")
   return lr, checks
 
 

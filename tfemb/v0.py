@@ -37,6 +37,7 @@ def _tpu_engine(feature_config, optimizer):
       embedding_feature=delegate.EmbeddingFeature.UNSUPPORTED)
 
 
+@delegate.shows_init_arguments
 class TPUEmbeddingV0(HostEmbedding):
   """`tf.tpu.experimental.embedding.TPUEmbeddingV0`, on any strategy.
 
@@ -78,6 +79,14 @@ class TPUEmbeddingV0(HostEmbedding):
   @_no_autograph
   def embedding_lookup(self, features: Any, weights: Optional[Any] = None):
     """Looks up every feature of `feature_config` (TensorFlow's V0 takes the
-    whole structure), differentiably with respect to `embedding_tables`."""
+    whole structure), differentiably with respect to `embedding_tables`.
+    Each input is a Tensor, SparseTensor or RaggedTensor (not a numpy
+    array or a list), as TensorFlow's V0 requires."""
     nest.assert_same_structure(features, self._feature_config)
+    for (path, _), x in zip(
+        nest.flatten_with_joined_string_paths(self._feature_config),
+        nest.flatten(features)):
+      if not isinstance(x, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor)):
+        raise ValueError(f"Input {path} is type {type(x)}. Tensor, "
+                         "SparseTensor or RaggedTensor expected.")
     return super().embedding_lookup(features, weights)

@@ -22,6 +22,10 @@ Each check is one `Assert` op on a condition computed with a few cheap ops
 (not `tf.debugging.assert_*`, whose graph form wraps the assertion in a
 conditional, a function call per check and step), and checks whose answer
 the static shapes already give add no op at all.
+
+The Assert op prints its message escaped (a quote as \\'), so the messages
+of a step's checks (and of the fused kernels, alike) name features and
+tables in backticks (`feature` and `table` below) and hold no quote.
 """
 
 from typing import List
@@ -30,9 +34,31 @@ import numpy as np
 import tensorflow as tf
 
 
-def _assert(condition, message) -> List[tf.Operation]:
+def feature(path, table_name=None) -> str:
+  """How a check's message names a feature (and its table)."""
+  named = f"Feature `{path}`"
+  return named if table_name is None else f"{named} (table `{table_name}`)"
+
+
+def table(name) -> str:
+  """How a check's message names a table."""
+  return f"Table `{name}`"
+
+
+def assertion(condition, message) -> List[tf.Operation]:
   """One Assert op; eagerly it raises InvalidArgumentError at once."""
   return [tf.raw_ops.Assert(condition=condition, data=[message])]
+
+
+def size_as_run(ids) -> tf.Tensor:
+  """The number of `ids` (integers) as the batch runs. In a tf.function,
+  Grappler's shape inference ties the size of a tensor to the shape later
+  ops require of it (the reshape of its rows to the activations' static
+  shape), then folds `tf.size` to that number, the check to True, and the
+  reshape away: a wrong batch would pass unseen. The number of positions
+  where `ids == ids` (all of them) is the size of a `tf.where`, which it
+  cannot fold."""
+  return tf.shape(tf.where(tf.equal(ids, ids)), tf.int64)[0]
 
 
 def _assert_equal(pairs, message) -> List[tf.Operation]:
@@ -48,16 +74,16 @@ def _assert_equal(pairs, message) -> List[tf.Operation]:
       raise ValueError(message)
   if not dynamic:
     return []
-  return _assert(dynamic[0] if len(dynamic) == 1 else
+  return assertion(dynamic[0] if len(dynamic) == 1 else
                  tf.reduce_all(dynamic), message)
 
 
-def id_range(path, ids, vocabulary_size) -> List[tf.Operation]:
+def id_range(path, table_name, ids, vocabulary_size) -> List[tf.Operation]:
   """Every id in `[0, vocabulary_size)`."""
-  message = (f"Feature {path!r}: ids must be in [0, {vocabulary_size}) "
-             "(the table's vocabulary_size).")
+  message = (f"{feature(path, table_name)}: ids must be in [0, "
+             f"{vocabulary_size}) (the vocabulary_size of the table).")
   # As unsigned numbers, negative ids are above any vocabulary size.
-  return _assert(
+  return assertion(
       tf.reduce_all(tf.cast(ids, tf.uint64) < vocabulary_size), message)
 
 
@@ -66,7 +92,7 @@ def input_structure(path, table_name, x) -> List[tf.Operation]:
   SparseTensor index in `[0, dense_shape)`, in each dimension; ragged row
   splits that start at 0, never decrease and end at the number of values.
   Nothing for a dense tensor."""
-  where = f"Feature {path!r} (table {table_name!r})"
+  where = feature(path, table_name)
   if isinstance(x, tf.SparseTensor):
     parts, check = (x.indices, x.dense_shape), _sparse_inside
     static = [tf.get_static_value(p) for p in parts]
@@ -76,7 +102,7 @@ def input_structure(path, table_name, x) -> List[tf.Operation]:
   elif isinstance(x, tf.RaggedTensor):
     parts, check = (x.row_splits, tf.shape(x.values)[0]), _splits_valid
     static = [tf.get_static_value(x.row_splits), x.values.shape[0]]
-    message = (f"{where}: the RaggedTensor's row_splits must start at 0, "
+    message = (f"{where}: the row_splits of a RaggedTensor must start at 0, "
                "never decrease and end at the number of values (as "
                "tf.RaggedTensor.from_row_splits(validate=True) requires).")
   else:
@@ -89,7 +115,7 @@ def input_structure(path, table_name, x) -> List[tf.Operation]:
     if not valid:
       raise ValueError(message)
     return []
-  return _assert(check(*parts), message)
+  return assertion(check(*parts), message)
 
 
 def _sparse_inside(indices, dense_shape) -> tf.Tensor:
@@ -107,39 +133,73 @@ def _splits_valid(splits, num_values) -> tf.Tensor:
       tf.reduce_all(splits[1:] >= splits[:-1])]))
 
 
-def sparse_order(path, x: tf.SparseTensor) -> List[tf.Operation]:
+def rows(path, table_name, got, expected: int, what: str
+         ) -> List[tf.Operation]:
+  """An input of `expected` rows (`got`: its count, a number or a tensor),
+  as `what` asks: checked now where static (a ValueError), else by one
+  Assert op."""
+  message = (f"{feature(path, table_name)}: the input must have {expected} "
+             f"rows ({what})")
+  static = tf.get_static_value(got)
+  if static is None:
+    return assertion(tf.equal(tf.cast(got, tf.int64), expected),
+                     message + ".")
+  if int(static) != expected:
+    raise ValueError(f"{message}; got {int(static)}.")
+  return []
+
+
+def sparse_order(path, table_name, x: tf.SparseTensor) -> List[tf.Operation]:
   """Indices in row-major order with no duplicates (`tf.sparse.reorder`)."""
   strides = tf.math.cumprod(x.dense_shape, exclusive=True, reverse=True)
   linear = tf.reduce_sum(x.indices * strides, axis=1)
-  return _assert(
+  return assertion(
       tf.reduce_all(linear[1:] > linear[:-1]),
-      f"Feature {path!r}: the SparseTensor's indices must be sorted in "
+      f"{feature(path, table_name)}: the indices of a SparseTensor must be "
+      "sorted in "
       "row-major order with no duplicates; use tf.sparse.reorder (and merge "
       "duplicate entries).")
 
 
-def weights_match(path, x, w) -> List[tf.Operation]:
-  """Weights laid out exactly as the ids (same indices or row splits)."""
-  message = (f"Feature {path!r}: weights must have the same shape as the ids "
-             "(the same sparse indices or ragged row splits).")
+def weights_match(path, table_name, x, w) -> List[tf.Operation]:
+  """Weights laid out exactly as the ids: the same sparse indices and dense
+  shape, or the same ragged row splits (values, not only their shapes)."""
+  message = (f"{feature(path, table_name)}: weights must have the same shape "
+             "as the ids (the same sparse indices or ragged row splits).")
   if isinstance(x, tf.SparseTensor):
     pairs = [(tf.shape(w.indices, tf.int64), tf.shape(x.indices, tf.int64)),
              (w.dense_shape, x.dense_shape)]
+    same = [(w.indices, x.indices)]
   else:
     pairs = [(tf.shape(w.row_splits, tf.int64),
               tf.shape(x.row_splits, tf.int64)),
              (tf.shape(w.values, tf.int64), tf.shape(x.values, tf.int64))]
-  return _assert_equal(pairs, message)
+    same = [(w.row_splits, x.row_splits)]
+  checks = _assert_equal(pairs, message)  # also refuses other sizes now
+  # The values, compared over the shorter length (no broadcasting error
+  # when the sizes differ: the size check above fails then).
+  for a, b in same:
+    a, b = tf.reshape(tf.cast(a, tf.int64), [-1]), tf.reshape(
+        tf.cast(b, tf.int64), [-1])
+    n = tf.minimum(tf.size(a), tf.size(b))
+    values = [tf.get_static_value(a), tf.get_static_value(b)]
+    if all(v is not None for v in values):
+      if values[0].shape == values[1].shape and not np.array_equal(*values):
+        raise ValueError(message)
+      continue
+    checks += assertion(tf.reduce_all(tf.equal(a[:n], b[:n])), message)
+  return checks
 
 
-def gradient_rows(path, grad, rows) -> List[tf.Operation]:
+def gradient_rows(path, table_name, grad, rows) -> List[tf.Operation]:
   """A feature's gradient has one row of `dim` per activation row."""
   grad_rows = grad.shape[0]
   if grad_rows is None:
     grad_rows = tf.shape(grad, out_type=tf.int64)[0]
   return _assert_equal(
       [(grad_rows, tf.cast(rows, tf.int64))],
-      f"Feature {path!r}: the gradient must have the shape of its dequeued "
+      f"{feature(path, table_name)}: the gradient must have the shape of its "
+      "dequeued "
       "activations.")
 
 
@@ -151,7 +211,7 @@ def all_finite(x) -> tf.Tensor:
 
 
 def finite_gradients(table_name, grads) -> List[tf.Operation]:
-  return _assert(
+  return assertion(
       all_finite(grads),
-      f"Table {table_name!r}: non-finite (NaN or Inf) embedding gradient; no "
+      f"{table(table_name)}: non-finite (NaN or Inf) embedding gradient; no "
       "table was updated.")

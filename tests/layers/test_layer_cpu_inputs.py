@@ -196,7 +196,7 @@ ERRORS = {
         "for input f"),
     "id_out_of_range": (
         dict(), tf.constant(VOCAB, tf.int64), None,
-        r"Feature \W*f\W*: ids must be in \[0, 10\)"),
+        r"Feature \W*f\W*[^:]*: ids must be in \[0, 10\)"),
 }
 
 

@@ -18,14 +18,21 @@ SMALL_INIT = np.arange(8 * 4, dtype=np.float32).reshape(8, 4) / 10
 BIG_INIT = np.arange(50 * 4, dtype=np.float32).reshape(50, 4) / 100
 
 
-def model():
+def partial_layer(optimizer):
+  """Features a and b share the small table (a Keras Embedding), c has the
+  big one (tfemb's TPUEmbedding)."""
   small = tfemb.TableConfig(8, 4, name="small",
                             initializer=tf.constant_initializer(SMALL_INIT))
   big = tfemb.TableConfig(50, 4, name="big",
                           initializer=tf.constant_initializer(BIG_INIT))
   layer = tfemb.layers.PartialTPUEmbedding(
       {"a": tfemb.FeatureConfig(small), "b": tfemb.FeatureConfig(small),
-       "c": tfemb.FeatureConfig(big)}, tfemb.SGD(0.5), size_threshold=10)
+       "c": tfemb.FeatureConfig(big)}, optimizer, size_threshold=10)
+  return layer
+
+
+def model():
+  layer = partial_layer(tfemb.SGD(0.5))
   inputs = {k: keras.Input(shape=(), dtype="int32", name=k) for k in "abc"}
   act = layer(inputs)
   out = keras.layers.Lambda(lambda t: tf.reduce_sum(
@@ -81,3 +88,51 @@ def test_a_sparse_input_to_a_keras_table_is_refused():
   with pytest.raises(ValueError, match="Feature 'a': only tf.Tensor input"):
     layer({"a": tf.sparse.from_dense([[1]]), "b": tf.constant([1]),
            "c": tf.constant([1])})
+
+
+def saveable_model(optimizer):
+  """`model()` with Keras layers only (a Lambda is not loaded back)."""
+  layer = partial_layer(optimizer)
+  inputs = {k: keras.Input(shape=(), dtype="int32", name=k) for k in "abc"}
+  act = layer(inputs)
+  out = keras.layers.Dense(1)(
+      keras.layers.Concatenate()([act[k] for k in "abc"]))
+  m = keras.Model(inputs, out)
+  m.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+  return m, layer
+
+
+def tables_and_slots(layer):
+  out = {"small": layer.keras_embedding_layers["a"].embeddings.numpy()}
+  for table, slots in layer.tpu_embedding.embedding_variables.items():
+    for name, var in slots.items():
+      out[f"{table.name}/{name}"] = var.numpy()
+  return out
+
+
+@pytest.mark.parametrize("optimizer", [lambda: tfemb.Adagrad(0.5),
+                                       lambda: keras.optimizers.Adam(0.1)],
+                         ids=["tfemb", "keras"])
+def test_model_save_and_load_model(tmp_path, optimizer):
+  """The whole model (Keras 3: `.keras`, which needs the layer's config):
+  the same routing, tables, slots and predictions."""
+  m, layer = saveable_model(optimizer())
+  x = {"a": np.array([1, 2]), "b": np.array([1, 3]), "c": np.array([7, 9])}
+  m.train_on_batch(x, np.ones((2, 1)))
+  path = str(tmp_path / ("model" if LEGACY else "model.keras"))
+  m.save(path)
+  loaded = keras.models.load_model(path)
+  (loaded_layer,) = [l for l in loaded.layers
+                     if isinstance(l, tfemb.layers.PartialTPUEmbedding)]
+  assert loaded_layer.name == layer.name
+  assert sorted(loaded_layer.keras_embedding_layers) == ["a", "b"]
+  assert (loaded_layer.keras_embedding_layers["a"] is
+          loaded_layer.keras_embedding_layers["b"])
+  assert [t.name for t in loaded_layer.tpu_embedding.embedding_tables] == [
+      "big"]
+  want, got = tables_and_slots(layer), tables_and_slots(loaded_layer)
+  assert sorted(got) == sorted(want) and len(want) > 2  # slots too
+  for key, value in want.items():
+    np.testing.assert_array_equal(got[key], value, err_msg=key)
+  np.testing.assert_allclose(loaded.predict(x, verbose=0),
+                             m.predict(x, verbose=0), rtol=1e-6)

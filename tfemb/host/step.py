@@ -129,10 +129,13 @@ def _entry_gradients(config, table_batch, batch: Batch, flat_grads):
       entry_grads.append(tf.zeros([tf.size(lookup.ids), dim], tf.float32))
       continue
     grad = tf.reshape(grad, [-1, dim])
-    shape_checks = validation.gradient_rows(config.paths[i], grad,
-                                            lookup.num_segments)
+    shape_checks = validation.gradient_rows(
+        config.paths[i], config.features[i].table.name, grad,
+        lookup.num_segments)
     checks += shape_checks
-    with tf.control_dependencies(shape_checks):
+    # After the batch's own checks too: a batch they refuse would fail in
+    # the ops below first, with TensorFlow's message.
+    with tf.control_dependencies(shape_checks + list(lookup.checks)):
       grad = tf.identity(grad)
     if lookup.segments is not None:
       grad = tf.gather(grad, lookup.segments)
@@ -282,10 +285,11 @@ class NonFinitePolicy:
     slots (`finite`, by table) are not all finite."""
     if not self.raising:
       return []
-    return [tf.raw_ops.Assert(condition=ok, data=[
-        f"Table {name!r}: the update would make a row of the table or of a "
-        "slot non-finite (NaN or Inf); no table was updated."])
-            for ok, name in zip(finite, names)]
+    return [check for ok, name in zip(finite, names)
+            for check in validation.assertion(ok, (
+                f"{validation.table(name)}: the update would make a row of "
+                "the table or of a slot non-finite (NaN or Inf); no table "
+                "was updated."))]
 
   def run(self, finite: Sequence[Any], write) -> tf.Tensor:
     """`write()`, or under "skip" only if every table's gradient and update

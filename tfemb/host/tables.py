@@ -124,7 +124,8 @@ class OpsTable(_Path):
       # A stacked table's ids are always checked: beyond its vocabulary
       # they would be other tables' rows.
       if m.feature.validate_weights_and_indices or self.remap is not None:
-        checks += validation.id_range(m.path, m.lookup.ids, vocabulary)
+        checks += validation.id_range(m.path, self.table.name, m.lookup.ids,
+                                      vocabulary)
     with tf.control_dependencies(checks):  # no gather before the checks
       all_ids = tf.identity(concat([m.lookup.ids for m in members]))
     if self.remap is not None:

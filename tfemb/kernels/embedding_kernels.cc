@@ -282,7 +282,7 @@ class DedupGatherOp : public OpKernel {
     if (row_width_ == 0) row_width_ = dim_;
     OP_REQUIRES(ctx, dim_ >= 1 && vocabulary_size_ >= 0,
                 absl::InvalidArgumentError(absl::StrCat(
-                    "Table '", table_name_, "': dim must be at least 1 and "
+                    "Table `", table_name_, "`: dim must be at least 1 and "
                     "vocabulary_size at least 0; got ", dim_, " and ",
                     vocabulary_size_)));
     OP_REQUIRES(ctx, row_width_ >= dim_,
@@ -291,7 +291,7 @@ class DedupGatherOp : public OpKernel {
                 static_cast<int>(feature_names_.size()) ==
                     ctx->num_inputs() - 1,
                 absl::InvalidArgumentError(absl::StrCat(
-                    "Table '", table_name_, "': ", feature_names_.size(),
+                    "Table `", table_name_, "`: ", feature_names_.size(),
                     " feature names for ", ctx->num_inputs() - 1,
                     " id tensors")));
     std::vector<int64_t> stacked;
@@ -324,23 +324,24 @@ class DedupGatherOp : public OpKernel {
       const Tensor& ids = ctx->input(f + 1);
       OP_REQUIRES(ctx, ids.dims() == 1,
                   absl::InvalidArgumentError(absl::StrCat(
-                      "Feature '", feature_names_[f],
-                      "': ids must be a vector; got ",
+                      "Feature `", feature_names_[f], "` (table `",
+                      table_name_, "`): ids must be a vector; got ",
                       ids.shape().DebugString())));
       const int64_t* v = ids.flat<int64_t>().data();
       for (int64_t i = 0; i < ids.NumElements(); ++i) {
         if (v[i] < 0 || v[i] >= vocabulary_size_) {
           ctx->SetStatus(absl::InvalidArgumentError(absl::StrCat(
-              "Feature '", feature_names_[f], "': ids must be in [0, ",
-              vocabulary_size_, ") (the table's vocabulary_size); got ",
+              "Feature `", feature_names_[f], "` (table `", table_name_,
+              "`): ids must be in [0, ", vocabulary_size_,
+              ") (the vocabulary_size of the table); got ",
               v[i], " at position ", i, ".")));
           return;
         }
         const int64_t row = Row(v[i]);
         if (row < 0 || row >= rows_) {  // a stacking that does not fit
           ctx->SetStatus(absl::InvalidArgumentError(absl::StrCat(
-              "Table '", table_name_, "': id ", v[i], " maps to row ", row,
-              ", outside the variable's ", rows_, " rows.")));
+              "Table `", table_name_, "`: id ", v[i], " maps to row ", row,
+              ", outside the ", rows_, " rows of the variable.")));
           return;
         }
       }
@@ -348,7 +349,7 @@ class DedupGatherOp : public OpKernel {
     }
     OP_REQUIRES(ctx, total < (int64_t{1} << 30),
                 absl::InvalidArgumentError(absl::StrCat(
-                    "Table '", table_name_, "': ", total,
+                    "Table `", table_name_, "`: ", total,
                     " ids in one step; at most 2^30 - 1 are supported.")));
 
     Tensor* positions = nullptr;
@@ -377,8 +378,8 @@ class DedupGatherOp : public OpKernel {
     RefCountPtr<Var> var;
     OP_REQUIRES_OK(ctx, LookupResource(ctx, HandleFromInput(ctx, 0), &var));
     OP_REQUIRES_OK(ctx, CheckFloatMatrix(
-                            var.get(), absl::StrCat("Table '", table_name_,
-                                                    "': the variable")));
+                            var.get(), absl::StrCat("Table `", table_name_,
+                                                    "`: the variable")));
     OP_REQUIRES_OK(ctx, ::tensorflow::EnsureSparseVariableAccess<
                             CPUDevice, float>(ctx, var.get()));
     // First each distinct row once, in the order of the distinct ids, into
@@ -425,7 +426,7 @@ class DedupGatherOp : public OpKernel {
     if (table.dtype() != ::tensorflow::DT_FLOAT || table.dims() != 2 ||
         table.dim_size(0) != rows_ || table.dim_size(1) != row_width_) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "Table '", table_name_, "': expected a float32 variable of shape [",
+          "Table `", table_name_, "`: expected a float32 variable of shape [",
           rows_, ", ", row_width_, "], got ", table.shape().DebugString()));
     }
     return absl::OkStatus();
@@ -591,7 +592,7 @@ class RowGradientsOp : public OpKernel {
                     ctx->input(2).dims() == 1 &&
                     grads.dim_size(0) == positions.dim_size(0),
                 absl::InvalidArgumentError(absl::StrCat(
-                    "Table '", table_name_, "': gradients ",
+                    "Table `", table_name_, "`: gradients ",
                     grads.shape().DebugString(), " do not match the ",
                     positions.NumElements(), " ids looked up.")));
     const int64_t n = grads.dim_size(0), dim = grads.dim_size(1);
@@ -604,7 +605,7 @@ class RowGradientsOp : public OpKernel {
     for (int64_t i = 0; i < n; ++i) {
       OP_REQUIRES(ctx, pos[i] >= 0 && pos[i] < u,
                   absl::InvalidArgumentError(absl::StrCat(
-                      "Table '", table_name_, "': position ", pos[i],
+                      "Table `", table_name_, "`: position ", pos[i],
                       " outside [0, ", u, ") (the distinct ids)")));
     }
     WithWidth(dim, [&](auto width) {
@@ -614,8 +615,8 @@ class RowGradientsOp : public OpKernel {
     const bool finite = AllFinite(sums, u * dim);
     OP_REQUIRES(ctx, finite || !raise_,
                 absl::InvalidArgumentError(absl::StrCat(
-                    "Table '", table_name_,
-                    "': non-finite (NaN or Inf) embedding gradient; no table "
+                    "Table `", table_name_,
+                    "`: non-finite (NaN or Inf) embedding gradient; no table "
                     "was updated.")));
     Tensor* ok = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &ok));
@@ -923,7 +924,7 @@ class ApplyRowsOp : public OpKernel {
     const Tensor& lr = ctx->input(ctx->num_inputs() - 1);
     OP_REQUIRES(ctx, TensorShapeUtils::IsScalar(lr.shape()),
                 absl::InvalidArgumentError(absl::StrCat(
-                    "Table '", Names(), "': the learning rate must be a "
+                    "Table `", Names(), "`: the learning rate must be a "
                     "scalar; got shape ", lr.shape().DebugString())));
     Update p = p_;
     p.lr = lr.scalar<float>()();
@@ -937,13 +938,13 @@ class ApplyRowsOp : public OpKernel {
       const int64_t u = ids.NumElements();
       OP_REQUIRES(ctx, ids.dims() == 1,
                   absl::InvalidArgumentError(absl::StrCat(
-                      "Table '", name, "': ids must be a vector; got ",
+                      "Table `", name, "`: ids must be a vector; got ",
                       ids.shape().DebugString())));
       OP_REQUIRES(ctx,
                   grads.dims() == 2 && grads.dim_size(0) == u &&
                       (dim < 0 || grads.dim_size(1) == dim),
                   absl::InvalidArgumentError(absl::StrCat(
-                      "Table '", name, "': ", u, " ids but gradients ",
+                      "Table `", name, "`: ", u, " ids but gradients ",
                       grads.shape().DebugString())));
       dim = grads.dim_size(1);
       parts[k] = Part{ids.flat<int64_t>().data(), grads.flat<float>().data(),
@@ -956,8 +957,8 @@ class ApplyRowsOp : public OpKernel {
                      LookupResource(ctx, HandleFromInput(ctx, i), &vars[i]));
       OP_REQUIRES_OK(ctx, CheckFloatMatrix(
                               vars[i].get(),
-                              absl::StrCat("Table '", Names(),
-                                           "': variable ", i)));
+                              absl::StrCat("Table `", Names(),
+                                           "`: variable ", i)));
       OP_REQUIRES_OK(ctx, ::tensorflow::EnsureSparseVariableAccess<
                               CPUDevice, float>(ctx, vars[i].get()));
     }
@@ -979,7 +980,7 @@ class ApplyRowsOp : public OpKernel {
                       t->dim_size(1) == stride &&
                       (i == 0 || t->dim_size(0) == rows),
                   absl::InvalidArgumentError(absl::StrCat(
-                      "Table '", Names(), "': variable ", i,
+                      "Table `", Names(), "`: variable ", i,
                       " has shape ", t->shape().DebugString(),
                       ", expected [rows, ", stride, "] float32")));
       if (i == 0) rows = t->dim_size(0);
@@ -991,7 +992,7 @@ class ApplyRowsOp : public OpKernel {
       for (int64_t r = 0; r < parts[k].u; ++r) {
         OP_REQUIRES(ctx, id[r] >= 0 && id[r] < rows,
                     absl::InvalidArgumentError(absl::StrCat(
-                        "Table '", table_names_[k], "': id ", id[r],
+                        "Table `", table_names_[k], "`: id ", id[r],
                         " outside [0, ", rows, ")")));
       }
     }
@@ -1064,7 +1065,7 @@ class ApplyRowsOp : public OpKernel {
   }
 
   // The tables' names, for an error about the variable they share.
-  std::string Names() const { return absl::StrJoin(table_names_, "', '"); }
+  std::string Names() const { return absl::StrJoin(table_names_, "`, `"); }
 
   ApplyFn apply_;
   int num_parts_;

@@ -16,8 +16,15 @@ import tensorflow as tf
 from tensorflow.python.trackable import data_structures  # pylint: disable=g-direct-tensorflow-import
 
 from tfemb.layers import embedding_layer
+from tfemb.layers import serialization
+
+# The constructor's arguments, as `get_config` writes them.
+_ARGUMENTS = ("feature_config", "optimizer",
+              "pipeline_execution_with_tensor_core", "batch_size",
+              "size_threshold")
 
 
+@tf.keras.utils.register_keras_serializable(package="tfemb")
 class PartialTPUEmbedding(tf.keras.layers.Layer):
   """Keras `Embedding` layers for small tables, `TPUEmbedding` for the rest.
 
@@ -42,6 +49,11 @@ class PartialTPUEmbedding(tf.keras.layers.Layer):
                batch_size: Optional[int] = None,
                size_threshold: Optional[int] = 10_000) -> None:
     super().__init__()
+    self._arguments = data_structures.NoDependency(dict(
+        feature_config=feature_config,
+        pipeline_execution_with_tensor_core=(
+            pipeline_execution_with_tensor_core),
+        batch_size=batch_size, size_threshold=size_threshold))
     tpu_features = {}
     keras_tables = {}
     self._keras_embedding_layers = {}
@@ -82,6 +94,39 @@ class PartialTPUEmbedding(tf.keras.layers.Layer):
           {k: v for k, v in inputs.items()
            if k not in self._keras_embedding_layers}))
     return output
+
+  def get_config(self):
+    """The constructor's arguments (Keras 3 `model.save` needs them): every
+    feature and table, so the same tables go to Keras `Embedding` layers
+    when loaded; the optimizer as the `TPUEmbedding` layer translated it
+    (None when no table goes through it)."""
+    config = super().get_config()
+    arguments = dict(self._arguments)
+    optimizer = None
+    if self._tpu_embedding is not None:
+      optimizer = self._tpu_embedding.get_config()["optimizer"]
+    config.update(
+        arguments, optimizer=optimizer,
+        feature_config=serialization.feature_config_to_config(
+            arguments["feature_config"]))
+    return config
+
+  @classmethod
+  def from_config(cls, config):
+    arguments = {k: config[k] for k in _ARGUMENTS}
+    arguments["feature_config"] = serialization.feature_config_from_config(
+        arguments["feature_config"])
+    arguments["optimizer"] = serialization.optimizer_from_config(
+        arguments["optimizer"])
+    layer = cls(**arguments)
+    # The base layer's own: tfrs' constructor takes no name or trainable.
+    layer.trainable = config.get("trainable", True)
+    if "name" in config:
+      try:
+        layer.name = config["name"]
+      except AttributeError:  # tf_keras: a read-only property
+        layer._name = config["name"]  # pylint: disable=protected-access
+    return layer
 
   @property
   def tpu_embedding(self) -> Optional[embedding_layer.TPUEmbedding]:

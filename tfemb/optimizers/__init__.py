@@ -69,5 +69,5 @@ def is_optimizer(optimizer: Any) -> bool:
 
 def is_custom(optimizer: Any) -> bool:
   """Whether `optimizer` is a `CustomOptimizer` (or a subclass): tfemb's,
-  or the installed TensorFlow's own where it is older (no `slot_dims`)."""
-  return isinstance(optimizer, sparsecore_configs.CUSTOM_OPTIMIZER_CLASSES)
+  or any TensorFlow release's own (`sparsecore_configs.is_a`)."""
+  return sparsecore_configs.is_a(optimizer, "CustomOptimizer")

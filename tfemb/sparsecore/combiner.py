@@ -20,13 +20,13 @@ from tfemb import update_rules
 from tfemb import validation
 from tfemb.host import step
 from tfemb.host import tables as table_paths
-from tfemb.sparsecore_configs import CustomCombiner
+from tfemb import sparsecore_configs
 
 SLOT = "custom_combiner_variables"
 
 
 def is_custom(combiner) -> bool:
-  return isinstance(combiner, CustomCombiner)
+  return sparsecore_configs.is_a(combiner, "CustomCombiner")
 
 
 class Kept(NamedTuple):
@@ -39,7 +39,8 @@ class Kept(NamedTuple):
 
 def _rows_and_positions(x):
   """Each id's example and its place in the example (input order), the
-  examples' id counts, and the ids. Dense ids: one example per row."""
+  examples' id counts, the ids, and the number of examples. Dense ids: one
+  example per row."""
   if not isinstance(x, (tf.SparseTensor, tf.RaggedTensor)):
     x = tf.convert_to_tensor(x)
     x = tf.RaggedTensor.from_tensor(x[:, None] if x.shape.rank == 1 else x)
@@ -52,24 +53,33 @@ def _rows_and_positions(x):
   starts = tf.cumsum(counts, exclusive=True)
   position = tf.range(tf.size(example, out_type=tf.int64)) - tf.gather(
       starts, example)
-  return example, position, counts, x.values
+  static = x.shape[0]
+  return example, position, counts, x.values, (
+      rows if static is None else static)
 
 
 def lookup(path, x, w, feature, batch: int):
   """`(Lookup, Kept)`: the kept ids as a lookup of one activation row each
   (the rows themselves), and where they sit."""
+  where = validation.feature(path, feature.table.name)
   if w is not None:
     raise ValueError(
-        f"Feature {path!r}: per-id weights are not taken by a "
-        "CustomCombiner (its weights are the combiner's own).")
+        f"{where}: per-id weights are not taken by a CustomCombiner (its "
+        "weights are the combiner's own).")
   x = inputs.as_input(x)
   if not x.dtype.is_integer:
-    raise inputs.DtypeError(f"Feature {path!r}: ids must be an integer "
+    raise inputs.DtypeError(f"{where}: ids must be an integer "
                             f"tensor, got dtype {x.dtype.name}.")
-  checks = ()
+  checks = []
   if isinstance(x, (tf.SparseTensor, tf.RaggedTensor)):  # TF's own rules
     x, checks = inputs.structure_checked(path, x, feature.table.name)
-  example, position, counts, ids = _rows_and_positions(x)
+  example, position, counts, ids, examples = _rows_and_positions(x)
+  # One activation per example: as many examples as output_shape's size.
+  checks = list(checks) + validation.rows(
+      path, feature.table.name, examples, batch,
+      f"output_shape {feature.output_shape}")
+  with tf.control_dependencies(checks):
+    example = tf.identity(example)
   combiner = feature.table.combiner
   keep = position < combiner.max_valency
   example, position = example[keep], position[keep]
@@ -86,18 +96,33 @@ def _vectors(kept: Kept, rows, max_valency, dim):
   return tf.scatter_nd(index, rows, [kept.batch, max_valency, dim])
 
 
-def combine(combiner, kept: Kept, rows, weights: Optional[Any]):
-  """The activations `[batch, dim]` of the kept ids' `rows` `[n, dim]`."""
-  vectors = _vectors(kept, rows, combiner.max_valency, rows.shape[-1])
+def combine(where: str, combiner, kept: Kept, rows, weights: Optional[Any]):
+  """The activations `[batch, dim]` of the kept ids' `rows` `[n, dim]`;
+  `where` names the feature in the error of a computation that returns
+  another shape than `[dim]` per example."""
+  dim = rows.shape[-1]
+  vectors = _vectors(kept, rows, combiner.max_valency, dim)
   fn = combiner.combiner_computation
   if combiner.num_weights > 0:
     w = tf.convert_to_tensor(weights)
-    return tf.vectorized_map(lambda a: fn(a[0], a[1], w),
-                             (kept.valency, vectors))
-  return tf.vectorized_map(lambda a: fn(a[0], a[1]), (kept.valency, vectors))
+    out = tf.vectorized_map(lambda a: fn(a[0], a[1], w),
+                            (kept.valency, vectors))
+  else:
+    out = tf.vectorized_map(lambda a: fn(a[0], a[1]),
+                            (kept.valency, vectors))
+  message = (f"{where}: the combiner_computation of its CustomCombiner must "
+             f"return one vector of {dim} (the dim of the table) per "
+             "example")
+  if not out.shape[1:].is_compatible_with([dim]):
+    raise ValueError(f"{message}; got shape {out.shape[1:]}.")
+  if not out.shape[1:].is_fully_defined():
+    with tf.control_dependencies(validation.assertion(
+        tf.reduce_all(tf.equal(tf.shape(out)[1:], [dim])), message + ".")):
+      out = tf.identity(out)
+  return out
 
 
-def backward(combiner, kept: Kept, rows, weights, grad):
+def backward(where: str, combiner, kept: Kept, rows, weights, grad):
   """`(row gradients [n, dim], weight gradient or None)` of the activations'
   gradient `grad` `[batch, dim]`."""
   watched = [rows] + ([weights] if combiner.num_weights > 0 else [])
@@ -105,7 +130,7 @@ def backward(combiner, kept: Kept, rows, weights, grad):
     for t in watched:
       tape.watch(t)
     value = weights.read_value() if combiner.num_weights > 0 else None
-    activations = combine(combiner, kept, rows, value)
+    activations = combine(where, combiner, kept, rows, value)
   grads = tape.gradient(activations, watched, output_gradients=grad)
   row_grads = tf.zeros_like(rows) if grads[0] is None else grads[0]
   if combiner.num_weights > 0:
@@ -121,8 +146,8 @@ def weights_update(table, weights: tf.Variable, grad) -> step.Update:
   from their value then, and written only with the rest of the step."""
   lr, checks = update_rules.checked_rate(
       table.combiner.combiner_weights_learning_rate,
-      f"Table {table.name!r}: the CustomCombiner's "
-      "combiner_weights_learning_rate")
+      f"{validation.table(table.name)}: the combiner_weights_learning_rate "
+      "of its CustomCombiner")
 
   def prepare():
     new = weights.read_value() - lr * grad

@@ -29,6 +29,7 @@ from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-i
 
 from tfemb import options as options_lib
 from tfemb import resolution
+from tfemb import validation
 from tfemb.host import feeding
 from tfemb.host import step
 from tfemb.host import variables as variables_lib
@@ -53,6 +54,7 @@ class Preserved(dict):
   variable)."""
 
 
+@delegate.shows_init_arguments
 class TPUEmbeddingV2(autotrackable.AutoTrackable):
   """`tf.tpu.experimental.embedding.TPUEmbeddingV2`, computed on the host.
 
@@ -165,6 +167,11 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
                                                user.vocabulary_size))
         for t, user in zip(self._stacked.tables, self._config.tables)])
     self._built = True
+
+  def _named(self, i: int) -> str:
+    """Feature `i` and its table, as an error names them."""
+    return validation.feature(self._config.paths[i],
+                              self._config.features[i].table.name)
 
   def _combiner_weights(self, table) -> Optional[tf.Variable]:
     """A CustomCombiner's weights (`<table>/custom_combiner_variables`)."""
@@ -300,8 +307,9 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
       rows[i] = flat[i]
       table = self._config.features[i].table
       flat[i] = tf.reshape(
-          combiner_lib.combine(table.combiner, partitioned_tensors.kept[i],
-                               rows[i], self._combiner_weights(table)),
+          combiner_lib.combine(self._named(i), table.combiner,
+                               partitioned_tensors.kept[i], rows[i],
+                               self._combiner_weights(table)),
           self._output_shapes[i].concatenate([table.dim]))
     preserved = Preserved(partitioned_tensors)
     preserved.batch, preserved.kept = batch, partitioned_tensors.kept
@@ -332,7 +340,8 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
       if grad is None:
         grad = tf.zeros(self._output_shapes[i].concatenate([table.dim]))
       flat[i], weight_grad = combiner_lib.backward(
-          table.combiner, preserved_outputs.kept[i], preserved_outputs.rows[i],
+          self._named(i), table.combiner, preserved_outputs.kept[i],
+          preserved_outputs.rows[i],
           self._combiner_weights(table), tf.reshape(grad, [-1, table.dim]))
       if weight_grad is not None:
         combiner_updates.append((table, weight_grad))

@@ -12,6 +12,8 @@ from typing import Any, Optional, Tuple
 
 import tensorflow as tf
 
+from tfemb import validation
+
 _KINDS = ((tf.SparseTensor, "SparseTensor"), (tf.RaggedTensor, "RaggedTensor"),
           (tf.Tensor, "Tensor"))
 
@@ -27,16 +29,17 @@ def _dense(path: str, x: tf.Tensor, w: Optional[tf.Tensor],
   number of samples)."""
   ids = tf.reshape(x, [-1])
   size = ids.shape[0]
-  message = (f"Feature {path!r}: Dense tensor input should have values "
-             "elements number the same as the sample count. But got "
+  message = (f"{validation.feature(path)}: Dense tensor input should have "
+             "values elements number the same as the sample count. But got "
              "{} elements for values and " + f"{sample_count} samples "
-             "(output_shape's size).")
+             "(the size of output_shape).")
   if sample_count is None:
     pass
   elif size is None:  # known when the batch runs
-    check = tf.debugging.assert_equal(
-        tf.size(ids), sample_count, message=message.format("another number of"))
-    with tf.control_dependencies([check]):
+    check = validation.assertion(
+        tf.equal(validation.size_as_run(ids), sample_count),
+                                 message.format("another number of"))
+    with tf.control_dependencies(check):
       ids = tf.identity(ids)
   elif size != sample_count:
     raise ValueError(message.format(size))

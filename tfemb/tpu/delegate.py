@@ -14,6 +14,7 @@ the TPU's embedding hardware, as tensorflow-recommenders' layer does:
 Nothing else happens here: what the returned object computes is TensorFlow's.
 """
 
+import inspect
 from typing import Any, Optional
 
 import tensorflow as tf
@@ -28,6 +29,16 @@ EmbeddingFeature = tf.tpu.experimental.HardwareFeature.EmbeddingFeature
 # TPUStrategyV2; the experimental one is the V1 class).
 _TPU_STRATEGIES = (tf.distribute.TPUStrategy,
                    tf.distribute.experimental.TPUStrategy)
+
+
+def shows_init_arguments(cls):
+  """Class decorator for an engine whose `__new__(cls, *args, **kwargs)`
+  hands the construction to TensorFlow under a `TPUStrategy`: that
+  `__new__` shows the class's `__init__` arguments, so `inspect.signature`,
+  `help()` and IDEs see the constructor's, as for TensorFlow's class
+  (Python reads a class's signature from its own `__new__` first)."""
+  cls.__new__.__signature__ = inspect.signature(cls.__init__)
+  return cls
 
 
 def is_tpu_strategy(strategy: Any) -> bool:
