@@ -322,8 +322,8 @@ class HostEmbedding(autotrackable.AutoTrackable):
             "per enqueue.")
       flat_grads = step.check_gradients(config, self._output_shapes,
                                         gradients)
-      applied.append(True)
       step.apply(config, batch, flat_grads, self._policy)
+      applied.append(True)  # a refused step wrote nothing: not used up
 
     return nest.pack_sequence_as(config.structure, flat), backward
 
