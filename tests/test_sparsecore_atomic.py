@@ -325,6 +325,50 @@ def test_a_python_number_combiner_learning_rate_is_checked_first():
   assert_unchanged(embedding, before)
 
 
+# A CustomOptimizer's results one row, one column or one slot row short: in
+# a tf.function of the right static shape ([None, dim]), wrong when it runs.
+SHORT = {
+    "rows": lambda w, acc: (w[1:], acc),
+    "columns": lambda w, acc: (
+        tf.reshape(w[:, 1:], tf.stack([tf.shape(w)[0], -1])), acc),
+    "slot rows": lambda w, acc: (w, acc[1:]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHORT))
+def test_a_custom_result_of_another_shape_changes_nothing(engine_path, mode,
+                                                          case):
+  """Table "a" on the host's path, "b" a CustomOptimizer: the step is
+  refused naming b before any table is written."""
+  def computation(gradient, embedding_table, slot_variables, learning_rate,
+                  hyperparameters):
+    del hyperparameters
+    return SHORT[case](embedding_table - learning_rate * gradient,
+                       slot_variables[0] + gradient)
+
+  init = lambda n: tf.constant_initializer(INIT[n])
+  tables = {
+      "a": tfemb.TableConfig(VOCAB, DIM, name="a", initializer=init("a"),
+                             optimizer=tfemb.SGD(LR_A)),
+      "b": tfemb.TableConfig(VOCAB, DIM, name="b", initializer=init("b"),
+                             optimizer=tfemb.CustomOptimizer(
+                                 computation, learning_rate=0.1,
+                                 slot_names=["acc"],
+                                 slot_initializers=[tf.zeros_initializer()])),
+  }
+  embedding = tfemb.TPUEmbeddingV2(
+      {f"f{n}": tfemb.FeatureConfig(t, output_shape=[BATCH])
+       for n, t in tables.items()})
+  embedding.build()
+  before = snapshot(embedding)
+  step = make_step(embedding, mode)
+  with pytest.raises((ValueError, E),
+                     match=r"Table \W*b\W*: custom_computation returned"):
+    step({n: features()[n] for n in ("fa", "fb")},
+         {n: gradients()[n] for n in ("fa", "fb")})
+  assert_unchanged(embedding, before)
+
+
 # --- concurrent steps --------------------------------------------------------
 
 
