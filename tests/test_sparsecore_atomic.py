@@ -369,6 +369,27 @@ def test_a_custom_result_of_another_shape_changes_nothing(engine_path, mode,
   assert_unchanged(embedding, before)
 
 
+def test_a_refused_gradient_does_not_use_up_its_batch():
+  """Eagerly: a batch whose NaN gradient was refused, as one whose
+  gradient's shape was, takes a corrected gradient, once."""
+  knobs = Knobs()
+  embedding = make_embedding(knobs)
+  embedding.build()
+  want = numpy_step(unstacked(embedding), knobs)
+  _, preserved = embedding(features())
+  with pytest.raises(E, match=r"Table \W*a\W*: non-finite"):
+    embedding.apply_gradients({**gradients(), "fa": tf.fill([BATCH, DIM],
+                                                            np.nan)},
+                              preserved)
+  with pytest.raises(ValueError, match="Found gradient of shape"):
+    embedding.apply_gradients({**gradients(), "fa": tf.zeros([2, DIM])},
+                              preserved)
+  embedding.apply_gradients(gradients(), preserved)
+  with pytest.raises(RuntimeError, match="already called for this batch"):
+    embedding.apply_gradients(gradients(), preserved)
+  assert_numbers(embedding, want)
+
+
 # --- concurrent steps --------------------------------------------------------
 
 

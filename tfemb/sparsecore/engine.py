@@ -351,9 +351,9 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
         weight_grad = context.all_reduce("sum", weight_grad)
       more.append(combiner_lib.weights_update(
           table, self._combiner_weights(table), weight_grad))
-    preserved_outputs.applied.append(True)
     step.apply(self._stacked, preserved_outputs.batch, padded, self._policy,
                more)
+    preserved_outputs.applied.append(True)  # a refused step: not used up
 
   # --- the SparseCore's limits ------------------------------------------------
 
