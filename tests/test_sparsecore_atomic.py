@@ -390,6 +390,33 @@ def test_a_refused_gradient_does_not_use_up_its_batch():
   assert_numbers(embedding, want)
 
 
+@pytest.mark.parametrize("config", ["same", "another"])
+def test_a_batch_of_another_object_is_refused(mode, config):
+  """`b.apply_gradients(grads, preserved of a)` (and `b.dequeue` of a's
+  enqueue) is refused naming both objects' tables; neither changes."""
+  knobs = Knobs()
+  a = make_embedding(knobs)
+  b = make_embedding(knobs) if config == "same" else stacked_ab()
+  a.build()
+  b.build()
+  before_a, before_b = snapshot(a), snapshot(b)
+
+  def step():
+    _, preserved = a(features())
+    b.apply_gradients(gradients(), preserved)
+
+  def dequeue():
+    b.dequeue(a.enqueue(features()))
+
+  for call in (step, dequeue):
+    with pytest.raises(ValueError, match=(
+        r"come from another TPUEmbeddingV2 object \(tables \['a', 'b', "
+        r"'c', 'd'\]\); expected .*this object's.* \(tables \[")):
+      (tf.function(call) if mode == "function" else call)()
+  assert_unchanged(a, before_a)
+  assert_unchanged(b, before_b)
+
+
 # --- concurrent steps --------------------------------------------------------
 
 

@@ -275,7 +275,7 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     batch = step.gather(self._stacked, self._train_paths, feature_ids,
                         lookups)
     preserved = Preserved()
-    preserved.kept = kept
+    preserved.owner, preserved.kept = self, kept
     for t, (_, table_batch) in batch.tables.items():
       preserved.setdefault(self._stacked.tables[t].stacked_table_name,
                            []).append(table_batch.unique_ids)
@@ -288,6 +288,7 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     if not isinstance(partitioned_tensors, Preserved):
       raise ValueError("Expect the output of enqueue but get "
                        f"{type(partitioned_tensors)}.")
+    self._check_owner(partitioned_tensors, "partitioned_tensors")
     batch = partitioned_tensors.batch
     n = len(self._config.features)
     static = [tf.TensorShape(None) if i in self._custom else shape
@@ -304,10 +305,21 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
                                rows[i], self._combiner_weights(table)),
           self._output_shapes[i].concatenate([table.dim]))
     preserved = Preserved(partitioned_tensors)
+    preserved.owner = partitioned_tensors.owner
     preserved.batch, preserved.kept = batch, partitioned_tensors.kept
     preserved.rows = rows
     preserved.applied = []
     return nest.pack_sequence_as(self._config.structure, flat), preserved
+
+  def _check_owner(self, preserved: Preserved, name: str) -> None:
+    """Refuses a batch looked up by another object: its rows are of that
+    object's tables."""
+    if preserved.owner is not self:
+      raise ValueError(
+          f"{name} come from another TPUEmbeddingV2 object (tables "
+          f"{sorted(preserved.owner.embedding_layouts)}); expected the "
+          "output of this object's enqueue or embedding lookup (tables "
+          f"{sorted(self.embedding_layouts)}).")
 
   @_no_autograph
   def apply_gradients(self, gradients: Any, preserved_outputs: Preserved):
@@ -322,6 +334,7 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
         preserved_outputs, "applied"):
       raise ValueError("preserved_outputs must be the second output of the "
                        "embedding lookup (or dequeue) of this batch.")
+    self._check_owner(preserved_outputs, "preserved_outputs")
     if preserved_outputs.applied:
       raise RuntimeError("apply_gradients was already called for this batch.")
     flat = step.check_gradients(self._config, self._output_shapes, gradients)
