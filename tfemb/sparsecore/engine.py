@@ -147,24 +147,26 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
             self._combiner_vars[table.name] = self._track_trackable(
                 tf.Variable(initializer((combiner.num_weights,), tf.float32),
                             name=name), name)
+      self._track_trackable(
+          stacked_lib.LayoutsTrackable(
+              self._stacking.layouts_proto().SerializeToString()),
+          tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY)
+      self._train_paths = data_structures.NoDependency([
+          custom.training_path(t, self._tables[user.name],
+                               self._store.partitioned, self._options,
+                               stacked_lib.remap(self._stacking, user.name,
+                                                 user.vocabulary_size))
+          for t, user in zip(self._stacked.tables, self._config.tables)])
+      self._built = True
 
+    # Inside strategy.run (the first lookup in a step), once for every
+    # replica: each waits while the tables are created across replicas.
     if tf.distribute.has_strategy() and not (
         tf.distribute.in_cross_replica_context()):
       tf.distribute.get_replica_context().merge_call(create)
     else:
       with tf.init_scope():
         create()
-    self._track_trackable(
-        stacked_lib.LayoutsTrackable(
-            self._stacking.layouts_proto().SerializeToString()),
-        tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY)
-    self._train_paths = data_structures.NoDependency([
-        custom.training_path(t, self._tables[user.name],
-                             self._store.partitioned, self._options,
-                             stacked_lib.remap(self._stacking, user.name,
-                                               user.vocabulary_size))
-        for t, user in zip(self._stacked.tables, self._config.tables)])
-    self._built = True
 
   def _combiner_weights(self, table) -> Optional[tf.Variable]:
     """A CustomCombiner's weights (`<table>/custom_combiner_variables`)."""
