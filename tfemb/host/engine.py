@@ -126,7 +126,8 @@ class HostEmbedding(autotrackable.AutoTrackable):
 
     @_no_autograph  # merge_call would convert it: plain Python, run once
     def create(*unused_strategy):
-      self._variables = self._store.create(self)
+      with variables_lib.unreadable_restore_dropped(self):
+        self._variables = self._store.create(self)
 
     if replicas.in_replica_context_of(self._strategy):
       # A model built in its first step (tf_keras' fit of an unbuilt

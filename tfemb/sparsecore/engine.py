@@ -132,9 +132,10 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
 
     @_no_autograph
     def create(*unused_strategy):
-      stacked, tables = stacked_variables.create(
-          self, self._tables_holder, self._stacking, self._store,
-          self._table_config, self._stacked)
+      with variables_lib.unreadable_restore_dropped(self):
+        stacked, tables = stacked_variables.create(
+            self, self._tables_holder, self._stacking, self._store,
+            self._table_config, self._stacked)
       # Tracked as `<stacked table>` and `<stacked table>/<slot>` only.
       self._variables = data_structures.NoDependency(stacked)
       self._tables = data_structures.NoDependency(tables)
