@@ -181,25 +181,15 @@ def test_overflowing_update_is_skipped(engine_path, mode, case):
   assert_unchanged(embedding, before)
 
 
-def test_steps_after_refused_ones_match_the_reference(engine_path, mode):
-  """Adagrad on both tables: a good step, a step refused for b's overflow
-  (nothing written, a's update included), a good step."""
-  embedding = make_embedding(tfemb.Adagrad(0.2), tfemb.Adagrad(0.1))
-  step = make_step(embedding, mode)
+def assert_good_steps(embedding, steps):
+  """Adagrad 0.1 on a, 0.2 on b: the tables after `steps` good steps
+  equal the numpy reference's."""
   ref_a = reference.Table(INIT_A, "adagrad", {})
   ref_b = reference.Table(INIT_B, "adagrad", {})
-
-  def reference_step():
-    grads = {k: v.numpy().astype(np.float64) for k, v in gradients().items()}
+  grads = {k: v.numpy().astype(np.float64) for k, v in gradients().items()}
+  for _ in range(steps):
     ref_a.apply(reference.row_gradients(zip(IDS_A, grads["fa"])), 0.1)
     ref_b.apply(reference.row_gradients(zip(IDS_B, grads["fb"])), 0.2)
-
-  step(features(), gradients())
-  reference_step()
-  with pytest.raises(E, match=r"Table \W*b\W*: the update"):
-    step(features(), gradients(scale_b=1e20))
-  step(features(), gradients())
-  reference_step()
   variables = embedding.variables
   for name, ref in (("a", ref_a), ("b", ref_b)):
     np.testing.assert_allclose(variables[name]["parameters"].numpy(), ref.w,
@@ -207,6 +197,36 @@ def test_steps_after_refused_ones_match_the_reference(engine_path, mode):
     np.testing.assert_allclose(variables[name]["accumulators"].numpy(),
                                ref.slots["accumulators"], rtol=1e-5,
                                atol=1e-6, err_msg=name)
+
+
+def test_steps_after_refused_ones_match_the_reference(engine_path, mode):
+  """Adagrad on both tables: a good step, a step refused for b's overflow
+  (nothing written, a's update included), a good step."""
+  embedding = make_embedding(tfemb.Adagrad(0.2), tfemb.Adagrad(0.1))
+  step = make_step(embedding, mode)
+  step(features(), gradients())
+  with pytest.raises(E, match=r"Table \W*b\W*: the update"):
+    step(features(), gradients(scale_b=1e20))
+  step(features(), gradients())
+  assert_good_steps(embedding, 2)
+
+
+def test_a_refused_gradient_does_not_use_up_its_batch(engine_path):
+  """Eagerly (in a tf.function a failing step fails the whole call): a
+  batch whose NaN gradient was refused, as one whose gradient's shape was,
+  takes a corrected gradient, once."""
+  embedding = make_embedding(tfemb.Adagrad(0.2), tfemb.Adagrad(0.1))
+  embedding.enqueue(features(), training=True)
+  embedding.dequeue()
+  with pytest.raises(E, match=r"Table \W*b\W*: non-finite"):
+    embedding.apply_gradients(gradients(scale_b=np.nan))
+  with pytest.raises(ValueError, match="Found gradient of shape"):
+    embedding.apply_gradients({"fa": gradients()["fa"],
+                               "fb": tf.zeros([3, 2])})
+  embedding.apply_gradients(gradients())
+  with pytest.raises(RuntimeError, match="once per enqueue"):
+    embedding.apply_gradients(gradients())
+  assert_good_steps(embedding, 1)
 
 
 def test_mirrored_step_with_an_overflowing_update_changes_nothing(

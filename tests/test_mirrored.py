@@ -17,6 +17,7 @@ import helpers
 import reference
 import tfemb
 from tfemb.kernels import ops as kernel_ops
+from tfemb.sparsecore import layout
 
 GLOBAL_BATCH, STEPS = 8, 3
 
@@ -380,3 +381,138 @@ def test_an_enqueue_per_device():
                                        "sum"))
   with pytest.raises(ValueError, match="no replica of this worker"):
     embedding.enqueue({"f": helpers.sparse(rows[:2])}, device="/cpu:3")
+
+
+# --- a table that gets no id in a step ---------------------------------------
+
+_EMPTY_BATCH = 16  # under 4 replicas, 4 samples each: a chip's SparseCores
+
+
+def _empty_case_batches(case, per_replica, rng):
+  """Two global batches of features "x" (table a) and "y" (table b): in
+  the first, "x" is empty in the whole batch ("everywhere"), or in the
+  first replica's share only ("one_replica"); "dropped": every id of
+  every table is dropped by the SparseCore limits."""
+  batches = []
+  for step in range(2):
+    x = helpers.random_rows(rng, _EMPTY_BATCH, 16, 3, min_len=1)
+    if step == 0 and case == "everywhere":
+      x = [[] for _ in x]
+    elif step == 0 and case == "one_replica":
+      x = [[] for _ in x[:per_replica]] + x[per_replica:]
+    y = helpers.random_rows(rng, _EMPTY_BATCH, 16, 3, min_len=1)
+    batches.append({"x": x, "y": y})
+  return batches
+
+
+def _train_with_empty_features(strategy, engine, case, in_function):
+  per_replica = _EMPTY_BATCH // strategy.num_replicas_in_sync
+  batches = _empty_case_batches(case, per_replica,
+                                np.random.default_rng(21))
+  init = np.arange(16 * 4, dtype=np.float64).reshape(16, 4) / 64
+  with strategy.scope():
+    tables = {n: tfemb.TableConfig(16, 4, name=n, initializer=(
+        tf.constant_initializer(init * k))) for k, n in ((1, "a"), (2, "b"))}
+    if engine == "TPUEmbedding":
+      embedding = tfemb.TPUEmbedding(
+          {f: tfemb.FeatureConfig(tables[t]) for f, t in (("x", "a"),
+                                                         ("y", "b"))},
+          tfemb.Adagrad(0.1))
+      embedding.build(per_replica_input_shapes={
+          "x": tf.TensorShape([per_replica, None]),
+          "y": tf.TensorShape([per_replica, None])})
+    else:
+      limits = (tfemb.SparseCoreEmbeddingConfig(
+          max_ids_per_chip_per_sample=0, allow_id_dropping=True)
+                if case == "dropped" else None)
+      embedding = tfemb.TPUEmbeddingV2(
+          {f: tfemb.FeatureConfig(tables[t], output_shape=[per_replica])
+           for f, t in (("x", "a"), ("y", "b"))},
+          tfemb.Adagrad(0.1), sparse_core_embedding_config=limits)
+      if case == "dropped":  # else built by its first lookup, in a step
+        embedding.build()
+
+  def replica_step(features):
+    ones = {f: tf.ones([per_replica, 4]) for f in ("x", "y")}
+    if engine == "TPUEmbedding":
+      embedding.dequeue()
+      embedding.apply_gradients(ones)
+    else:
+      _, preserved = embedding(features)
+      embedding.apply_gradients(ones, preserved)
+
+  def step(features):
+    if engine == "TPUEmbedding":
+      embedding.enqueue(features, training=True)
+    strategy.run(replica_step, args=(features,))
+
+  if in_function:
+    step = tf.function(step)
+  options = tf.distribute.InputOptions(experimental_fetch_to_device=False)
+  for batch in batches:
+    data = tf.data.Dataset.from_tensors(
+        {f: helpers.ragged(rows) for f, rows in batch.items()})
+    if strategy.num_replicas_in_sync > 1:
+      data = strategy.experimental_distribute_dataset(
+          data.unbatch().batch(_EMPTY_BATCH), options)
+    step(next(iter(data)))
+  return embedding, init, batches
+
+
+# Every pair of (replicas, eager or tf.function, fused kernels or TensorFlow's
+# ops) for each engine, two runs per case (the suite's time).
+_PAIRS = [(2, "eager", "kernels"), (4, "fn", "kernels"),
+          (2, "fn", "tensorflow"), (4, "eager", "tensorflow")]
+
+
+@pytest.mark.parametrize("engine,case,replicas,mode,path", [
+    (engine, case) + _PAIRS[k % 4]
+    for n, (engine, case) in enumerate([
+        ("TPUEmbedding", "everywhere"), ("TPUEmbedding", "one_replica"),
+        ("TPUEmbeddingV2", "everywhere"), ("TPUEmbeddingV2", "one_replica"),
+        ("TPUEmbeddingV2", "dropped")])
+    for k in (2 * n, 2 * n + 1)])
+def test_a_table_without_ids_in_a_step(engine, case, replicas, mode, path):
+  """A feature empty in a step on every replica, or on one, or every id
+  dropped: the step trains the global batch's rows (TensorFlow's all-gather
+  of a tensor empty on every replica would kill the process), and every
+  copy equals the numpy reference of the global batch. The first two
+  TPUEmbeddingV2 cases create their tables in their first lookup, inside
+  strategy.run."""
+  with tfemb.options.use(fused_kernels=path == "kernels"):
+    embedding, init, batches = _train_with_empty_features(
+        mirrored(replicas), engine, case, mode == "fn")
+  for copy in range(replicas):
+    got = _unstacked_copy(embedding, copy)
+    for name, feature, k in (("a", "x", 1), ("b", "y", 2)):
+      ref = reference.Table(init * k, "adagrad", {})
+      for batch in batches if case != "dropped" else ():
+        ref.apply(reference.row_gradients(reference.contributions(
+            batch[feature], "mean", np.ones((_EMPTY_BATCH, 4)))), 0.1)
+      for slot, want in (("parameters", ref.w),
+                         ("accumulators", ref.slots["accumulators"])):
+        np.testing.assert_allclose(got[f"{name}/{slot}"], want, rtol=1e-5,
+                                   atol=1e-6,
+                                   err_msg=f"{name}/{slot}, copy {copy}")
+  if case == "dropped":
+    assert embedding.dropped_ids == {"a_b": sum(  # each (sample, id) once
+        len(set(r)) for batch in batches for rows in batch.values()
+        for r in rows)}
+
+
+def _unstacked_copy(embedding, copy):
+  """`{table/slot: array}` of replica `copy`'s tables."""
+  def value(variable):
+    return variable.values[copy].numpy()
+  if isinstance(embedding, tfemb.TPUEmbedding):
+    return {f"{t.name}/{n}": value(v)
+            for t, slots in embedding.variables.items()
+            for n, v in slots.items()}
+  out = {}
+  for slot in ("parameters", "accumulators"):
+    stacked = {name: value(tables[slot])
+               for name, tables in embedding.variables.items()}
+    for table, array in layout.to_unstacked(
+        embedding._stacking, stacked).items():  # pylint: disable=protected-access
+      out[f"{table}/{slot}"] = array
+  return out

@@ -78,9 +78,13 @@ def test_two_workers_equal_one_process(tmp_path, mode, legacy_keras):
 @pytest.mark.runs_under("keras3")
 def test_two_workers_train_tpu_embedding_v2_on_the_global_batch(tmp_path):
   """The host TPUEmbeddingV2 under MultiWorkerMirroredStrategy (2 processes,
-  each laid out for 2 chips) ends with the tables and Adagrad slots of one
-  process (laid out for 1 chip) on the same global batches: the update is
-  applied once to the global batch's summed gradient."""
+  each laid out for 2 chips), its tables created in its first lookup inside
+  strategy.run, ends with the tables and Adagrad slots of one process
+  (laid out for 1 chip) on the same global batches: the update is applied
+  once to the global batch's summed gradient. So does a first-generation
+  TPUEmbedding beside it ("v1/"), and one whose every id is dropped
+  ("dropped/"), though a table gets no id on any replica in some steps and
+  none on one replica in others (tests/workers/v2_worker.py)."""
   worker = WORKER.parent / "v2_worker.py"
   with ports.reserved(2) as reserved:
     cluster = {"worker": [f"127.0.0.1:{p}" for p in reserved]}
@@ -92,15 +96,24 @@ def test_two_workers_train_tpu_embedding_v2_on_the_global_batch(tmp_path):
     ]
     single = launch(tmp_path / "single.npz", None, False, worker=worker)
     results = [finish(p) for p in workers]
+  alone = finish(single)
   assert [r["replicas"] for r in results] == [2, 2]
-  assert finish(single)["replicas"] == 1
+  assert alone["replicas"] == 1
+  dropped = alone["dropped"]["extra_items_users"]
+  assert dropped > 0
+  assert sum(r["dropped"]["extra_items_users"] for r in results) == dropped
   expected = np.load(tmp_path / "single.npz")
-  assert sorted(expected.files) == [
-      "items/accumulators", "items/parameters", "users/accumulators",
-      "users/parameters"]
+  assert sorted(expected.files) == sorted(
+      f"{engine}{table}/{slot}" for engine in ("", "v1/", "dropped/")
+      for table in ("extra", "items", "users")
+      for slot in ("accumulators", "parameters"))
   for i in range(2):
     got = np.load(tmp_path / f"worker{i}.npz")
     for name in expected.files:
       np.testing.assert_allclose(got[name], expected[name], rtol=1e-5,
                                  atol=1e-6, err_msg=f"worker {i}: {name}")
-  assert not np.allclose(expected["users/accumulators"], 0.1)
+  for engine in ("", "v1/"):
+    assert not np.allclose(expected[f"{engine}extra/accumulators"], 0.1)
+  for table in ("extra", "items", "users"):
+    np.testing.assert_array_equal(expected[f"dropped/{table}/accumulators"],
+                                  np.float32(0.1))

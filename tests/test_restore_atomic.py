@@ -141,3 +141,75 @@ def test_sgd_checkpoint_leaves_trained_slots_as_they_are(tmp_path):
     np.testing.assert_array_equal(
         variables["accumulators"],
         np.full(variables["accumulators"].shape, 5.5, np.float32))
+
+
+# --- a checkpoint that cannot be read ----------------------------------------
+
+
+def make_v2():
+  """Tables "a" and "b" of the SparseCore generation (stacked as "a_b")."""
+  return tfemb.TPUEmbeddingV2(
+      {f"f{t.name}": tfemb.FeatureConfig(t, output_shape=[2]) for t in (
+          tfemb.TableConfig(6, 4, name="a",
+                            initializer=tf.constant_initializer(1.0)),
+          tfemb.TableConfig(5, 4, name="b",
+                            initializer=tf.constant_initializer(2.0)))},
+      tfemb.Adagrad(0.1))
+
+
+ENGINES = {"TPUEmbedding": make_embedding, "TPUEmbeddingV2": make_v2}
+# What creates the tables of an object not yet built.
+FIRST_USES = {
+    "build": lambda e: e.build(),
+    "variables": lambda e: e.variables,
+    "lookup": lambda e: e({"fa": tf.constant([1, 2]),
+                           "fb": tf.constant([0, 4])}),
+}
+
+
+def damaged_checkpoint(tmp_path, make):
+  """A checkpoint of `make()` (everything 9, slots 9.5) whose data file has
+  a table's bytes changed."""
+  source = make()
+  source.build()
+  fill(source, 9.0)
+  path = save(source, tmp_path, "damaged")
+  data = next(tmp_path.glob("damaged-1.data-*"))
+  content = bytearray(data.read_bytes())
+  start = content.index(np.full(4, 9.0, np.float32).tobytes())
+  content[start:start + 16] = np.full(4, 8.0, np.float32).tobytes()
+  data.write_bytes(bytes(content))
+  return path
+
+
+def unstacked_snapshot(embedding):
+  return {(str(getattr(t, "name", t)), n): v.numpy().copy()
+          for t, variables in embedding.variables.items()
+          for n, v in variables.items()}
+
+
+@pytest.mark.requires_tensorflow("2.17", why="TPUEmbeddingV2's stacker")
+@pytest.mark.parametrize("first_use", sorted(FIRST_USES))
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_a_damaged_checkpoint_restored_before_build(table_layout, tmp_path,
+                                                     engine, first_use):
+  """`read()` defers the restore; the first use that creates the tables
+  says the checkpoint cannot be read and drops the restore; the next
+  creates them as if it had not been tried. A built object refuses the
+  file with nothing changed."""
+  make = ENGINES[engine]
+  path = damaged_checkpoint(tmp_path, make)
+  fresh = make()
+  fresh.build()
+  want = unstacked_snapshot(fresh)
+  with pytest.raises(tf.errors.DataLossError, match="Checksum"):
+    tf.train.Checkpoint(embedding=fresh).read(path)
+  np.testing.assert_equal(unstacked_snapshot(fresh), want)
+
+  embedding = make()
+  tf.train.Checkpoint(embedding=embedding).read(path)
+  with pytest.raises(tf.errors.DataLossError,
+                     match="cannot be read, so nothing of it was restored"):
+    FIRST_USES[first_use](embedding)
+  FIRST_USES[first_use](embedding)
+  np.testing.assert_equal(unstacked_snapshot(embedding), want)

@@ -326,6 +326,98 @@ def test_a_python_number_combiner_learning_rate_is_checked_first():
   assert_unchanged(embedding, before)
 
 
+# A CustomOptimizer's results one row, one column or one slot row short: in
+# a tf.function of the right static shape ([None, dim]), wrong when it runs.
+SHORT = {
+    "rows": lambda w, acc: (w[1:], acc),
+    "columns": lambda w, acc: (
+        tf.reshape(w[:, 1:], tf.stack([tf.shape(w)[0], -1])), acc),
+    "slot rows": lambda w, acc: (w, acc[1:]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SHORT))
+def test_a_custom_result_of_another_shape_changes_nothing(engine_path, mode,
+                                                          case):
+  """Table "a" on the host's path, "b" a CustomOptimizer: the step is
+  refused naming b before any table is written."""
+  def computation(gradient, embedding_table, slot_variables, learning_rate,
+                  hyperparameters):
+    del hyperparameters
+    return SHORT[case](embedding_table - learning_rate * gradient,
+                       slot_variables[0] + gradient)
+
+  init = lambda n: tf.constant_initializer(INIT[n])
+  tables = {
+      "a": tfemb.TableConfig(VOCAB, DIM, name="a", initializer=init("a"),
+                             optimizer=tfemb.SGD(LR_A)),
+      "b": tfemb.TableConfig(VOCAB, DIM, name="b", initializer=init("b"),
+                             optimizer=tfemb.CustomOptimizer(
+                                 computation, learning_rate=0.1,
+                                 slot_names=["acc"],
+                                 slot_initializers=[tf.zeros_initializer()])),
+  }
+  embedding = tfemb.TPUEmbeddingV2(
+      {f"f{n}": tfemb.FeatureConfig(t, output_shape=[BATCH])
+       for n, t in tables.items()})
+  embedding.build()
+  before = snapshot(embedding)
+  step = make_step(embedding, mode)
+  with pytest.raises((ValueError, E),
+                     match=r"Table \W*b\W*: custom_computation returned"):
+    step({n: features()[n] for n in ("fa", "fb")},
+         {n: gradients()[n] for n in ("fa", "fb")})
+  assert_unchanged(embedding, before)
+
+
+def test_a_refused_gradient_does_not_use_up_its_batch():
+  """Eagerly: a batch whose NaN gradient was refused, as one whose
+  gradient's shape was, takes a corrected gradient, once."""
+  knobs = Knobs()
+  embedding = make_embedding(knobs)
+  embedding.build()
+  want = numpy_step(unstacked(embedding), knobs)
+  _, preserved = embedding(features())
+  with pytest.raises(E, match=r"Table \W*a\W*: non-finite"):
+    embedding.apply_gradients({**gradients(), "fa": tf.fill([BATCH, DIM],
+                                                            np.nan)},
+                              preserved)
+  with pytest.raises(ValueError, match="Found gradient of shape"):
+    embedding.apply_gradients({**gradients(), "fa": tf.zeros([2, DIM])},
+                              preserved)
+  embedding.apply_gradients(gradients(), preserved)
+  with pytest.raises(RuntimeError, match="already called for this batch"):
+    embedding.apply_gradients(gradients(), preserved)
+  assert_numbers(embedding, want)
+
+
+@pytest.mark.parametrize("config", ["same", "another"])
+def test_a_batch_of_another_object_is_refused(mode, config):
+  """`b.apply_gradients(grads, preserved of a)` (and `b.dequeue` of a's
+  enqueue) is refused naming both objects' tables; neither changes."""
+  knobs = Knobs()
+  a = make_embedding(knobs)
+  b = make_embedding(knobs) if config == "same" else stacked_ab()
+  a.build()
+  b.build()
+  before_a, before_b = snapshot(a), snapshot(b)
+
+  def step():
+    _, preserved = a(features())
+    b.apply_gradients(gradients(), preserved)
+
+  def dequeue():
+    b.dequeue(a.enqueue(features()))
+
+  for call in (step, dequeue):
+    with pytest.raises(ValueError, match=(
+        r"come from another TPUEmbeddingV2 object \(tables \['a', 'b', "
+        r"'c', 'd'\]\); expected .*this object's.* \(tables \[")):
+      (tf.function(call) if mode == "function" else call)()
+  assert_unchanged(a, before_a)
+  assert_unchanged(b, before_b)
+
+
 # --- concurrent steps --------------------------------------------------------
 
 
@@ -416,31 +508,28 @@ def assert_all(embedding, value):
                                     err_msg=f"{table}/{name}")
 
 
-LAYOUT = "restore it before the first lookup or build"
-# The checkpoint refused: (its object, the error before build, the error
-# once built, where another layout is refused whole).
+# The checkpoint refused, before or after build, naming what differs: (its
+# object, the error).
 REFUSED = {
     "another optimizer": (lambda: stacked_ab(optimizer=tfemb.Adam(0.1)),
-                          "slot 'momenta' of table 'a_b'",
                           "slot 'momenta' of table 'a_b'"),
     "b has another dim": (lambda: stacked_ab(dim_b=2),
-                          r"Table 'b': expected shape \[5, 4\]", LAYOUT),
+                          r"Table 'b': expected shape \[5, 4\]"),
     "another table": (lambda: stacked_ab(extra_table=True),
-                      "embedding table 'c'", LAYOUT),
+                      "embedding table 'c'"),
     "b has another dim, unstacked": (
-        lambda: unstacked_ab(dim_b=2),
-        r"Table 'b': expected shape \[5, 4\]", LAYOUT),
+        lambda: unstacked_ab(dim_b=2), r"Table 'b': expected shape \[5, 4\]"),
     "b has no slot, unstacked": (
         lambda: unstacked_ab(optimizer_b=tfemb.SGD(0.1)),
-        "'a_b/accumulators' needs 'b/accumulators'", LAYOUT),
+        "'a_b/accumulators' needs 'b/accumulators'"),
     "another table, unstacked": (lambda: unstacked_ab(extra_table=True),
-                                 "embedding table 'c'", LAYOUT),
+                                 "embedding table 'c'"),
 }
 
 
 @pytest.mark.parametrize("case", sorted(REFUSED))
 def test_a_refused_restore_changes_nothing(tmp_path, case):
-  source, _, message = REFUSED[case]
+  source, message = REFUSED[case]
   bad = saved(source(), tmp_path, "bad")
   good = saved(stacked_ab(), tmp_path, "good", 3.0)
   embedding = stacked_ab()
@@ -456,7 +545,7 @@ def test_a_refused_restore_changes_nothing(tmp_path, case):
 @pytest.mark.parametrize("then", ["build", "restore"])
 def test_a_refused_restore_before_build_leaves_the_object_usable(
     tmp_path, case, then):
-  source, message, _ = REFUSED[case]
+  source, message = REFUSED[case]
   bad = saved(source(), tmp_path, "bad")
   good = saved(stacked_ab(), tmp_path, "good", 3.0)
   embedding = stacked_ab()

@@ -185,16 +185,24 @@ def test_a_checkpoint_laid_out_for_a_tpu_restores_on_the_host(tmp_path):
 
 
 def test_a_restore_of_another_layout_after_build_is_refused(tmp_path):
+  """A checkpoint that fits, but unstacked: refused whole once built, and
+  restored as the error advises, before the build of a new object."""
   v1, _ = make_v1()
-  v1.build({k: tf.TensorShape([4]) for k in "xyzw"})
+  train_v1(v1, batches(5)[:1])
   path = tf.train.Checkpoint(embedding=v1).save(str(tmp_path / "v1"))
   v2, _ = make(tfemb.Adagrad(0.2))
   v2.build()
   before = {k: v.numpy() for k, v in v2.variables["a_b_c"].items()}
-  with pytest.raises(ValueError, match="restore it before the first lookup"):
+  with pytest.raises(ValueError, match=(
+      "holds the tables unstacked; they fit this configuration.*restore it "
+      r"before the first lookup or build\(\)")):
     tf.train.Checkpoint(embedding=v2).restore(path)
   for k, v in v2.variables["a_b_c"].items():
     np.testing.assert_array_equal(v.numpy(), before[k], err_msg=k)
+  advised, _ = make(tfemb.Adagrad(0.2))
+  tf.train.Checkpoint(embedding=advised).restore(path)
+  advised.build()
+  assert_tables_equal(tables_of(advised), v1_tables(v1))
 
 
 def test_a_checkpoint_of_other_tables_or_slots_is_refused(tmp_path):

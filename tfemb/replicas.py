@@ -96,10 +96,22 @@ def in_multi_replica_step() -> bool:
 
 def sum_rows_across_replicas(ids: tf.Tensor,
                              grads: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-  """Every replica's `(distinct ids, row gradients)` -> the global ones."""
+  """Every replica's `(distinct ids, row gradients)` -> the global ones.
+
+  Each replica adds one placeholder row (id -1, zero gradient) before the
+  all-gather and the placeholders are dropped after it: TensorFlow 2.21's
+  all-gather of a tensor empty on every replica kills the process (a table
+  that gets no id in a step, e.g. an optional feature empty in the whole
+  global batch, or every id dropped). The other rows keep their order, so
+  the sums are those of the gather without placeholders.
+  """
   context = tf.distribute.get_replica_context()
-  all_ids = context.all_gather(ids, axis=0)
-  all_grads = context.all_gather(grads, axis=0)
+  all_ids = context.all_gather(tf.pad(ids, [[0, 1]], constant_values=-1),
+                               axis=0)
+  all_grads = context.all_gather(tf.pad(grads, [[0, 1], [0, 0]]), axis=0)
+  real = all_ids >= 0
+  all_ids = tf.boolean_mask(all_ids, real)
+  all_grads = tf.boolean_mask(all_grads, real)
   unique_ids, idx = tf.unique(all_ids, out_idx=tf.int64)
   summed = tf.math.unsorted_segment_sum(
       all_grads, idx, tf.size(unique_ids, out_type=tf.int64))

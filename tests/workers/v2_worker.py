@@ -4,6 +4,13 @@
 MultiWorkerMirroredStrategy cluster and trains on its share of each global
 batch; without it, it trains alone on the whole global batch. It saves its
 tables unstacked (`{table}/{slot}`), so runs of different layouts compare.
+
+The V2 object creates its tables in its first lookup, inside strategy.run.
+Feature "optional" is empty in the whole first global batch and in the
+first half of the second (one worker's share); beside the V2 object, a
+first-generation `TPUEmbedding` trains on the same batches (`v1/...`), and
+a V2 object whose SparseCore limits drop every id takes the same steps
+(`dropped/...`).
 """
 
 import json
@@ -29,46 +36,81 @@ def main(out):
   rng = np.random.default_rng(1)
   ids = rng.integers(0, VOCAB, size=(EXAMPLES, 2))
   coef = rng.normal(size=(EXAMPLES, 4)).astype(np.float32)
+  optional = [list(rng.integers(0, VOCAB // 2, size=rng.integers(1, 3)))
+              if k >= GLOBAL_BATCH * 3 // 2 else [] for k in range(EXAMPLES)]
   dataset = tf.data.Dataset.from_tensor_slices(
-      (ids[:, 0], tf.RaggedTensor.from_tensor(ids), coef)).batch(
-          GLOBAL_BATCH, drop_remainder=True)
+      (ids[:, 0], tf.RaggedTensor.from_tensor(ids),
+       tf.ragged.constant(optional, tf.int64), coef)).batch(
+           GLOBAL_BATCH, drop_remainder=True)
   with strategy.scope():
     items = tfemb.TableConfig(VOCAB, 4, name="items",
                               initializer=tf.constant_initializer(init))
     users = tfemb.TableConfig(VOCAB // 2, 4, name="users",
                               initializer=tf.constant_initializer(
                                   init[:VOCAB // 2] / 2))
-    embedding = tfemb.TPUEmbeddingV2(
-        {"item": tfemb.FeatureConfig(items, output_shape=[per_replica]),
-         "both": tfemb.FeatureConfig(items, output_shape=[per_replica]),
-         "user": tfemb.FeatureConfig(users, output_shape=[per_replica])},
-        tfemb.Adagrad(0.3))
-    embedding.build()
+    extra = tfemb.TableConfig(VOCAB // 2, 8, name="extra",
+                              initializer=tf.constant_initializer(
+                                  init[:VOCAB // 2, :2].repeat(4, 1)))
+    features = {
+        "item": tfemb.FeatureConfig(items, output_shape=[per_replica]),
+        "both": tfemb.FeatureConfig(items, output_shape=[per_replica]),
+        "user": tfemb.FeatureConfig(users, output_shape=[per_replica]),
+        "optional": tfemb.FeatureConfig(extra, output_shape=[per_replica])}
+    engines = {
+        "": tfemb.TPUEmbeddingV2(features, tfemb.Adagrad(0.3)),
+        "v1/": tfemb.TPUEmbedding(features, tfemb.Adagrad(0.3)),
+        "dropped/": tfemb.TPUEmbeddingV2(
+            features, tfemb.Adagrad(0.3),
+            sparse_core_embedding_config=tfemb.SparseCoreEmbeddingConfig(
+                max_ids_per_chip_per_sample=0, allow_id_dropping=True))}
 
   @tf.function
-  def step(item, both, gradient):
-    def replica_step(item, both, gradient):
-      features = {"item": item, "both": both, "user": item // 2}
-      activations, preserved = embedding(features)
-      del activations
-      embedding.apply_gradients(
-          {"item": gradient, "both": 2 * gradient, "user": -gradient},
-          preserved)
-    strategy.run(replica_step, args=(item, both, gradient))
+  def step(item, both, optional, gradient):
+    def replica_step(item, both, optional, gradient):
+      features = {"item": item, "both": both, "user": item // 2,
+                  "optional": optional}
+      gradients = {"item": gradient, "both": 2 * gradient,
+                   "user": -gradient,
+                   "optional": tf.tile(gradient, [1, 2]) / 3}
+      for prefix, embedding in engines.items():
+        if prefix == "v1/":
+          embedding.enqueue(features, training=True)
+          embedding.dequeue()
+          embedding.apply_gradients(gradients)
+        else:
+          _, preserved = embedding(features)
+          embedding.apply_gradients(gradients, preserved)
+    strategy.run(replica_step, args=(item, both, optional, gradient))
 
   for _ in range(2):
     for batch in strategy.experimental_distribute_dataset(dataset):
       step(*batch)
-  stacking = embedding._stacking  # pylint: disable=protected-access
+  arrays = {}
+  for prefix, embedding in engines.items():
+    arrays.update({prefix + name: value
+                   for name, value in unstacked(embedding).items()})
+  np.savez(out, **arrays)
+  print(json.dumps({"replicas": strategy.num_replicas_in_sync,
+                    "dropped": engines["dropped/"].dropped_ids}))
+
+
+def unstacked(embedding):
+  """`{table/slot: array}` of the first replica's copy."""
+  def value(variable):
+    return (variable.values[0] if hasattr(variable, "values")
+            else variable).numpy()
+  if isinstance(embedding, tfemb.TPUEmbedding):
+    return {f"{t.name}/{slot}": value(v)
+            for t, slots in embedding.variables.items()
+            for slot, v in slots.items()}
   arrays = {}
   for slot in ("parameters", "accumulators"):
-    stacked = {name: tables[slot].values[0].numpy()
-               if hasattr(tables[slot], "values") else tables[slot].numpy()
+    stacked = {name: value(tables[slot])
                for name, tables in embedding.variables.items()}
-    for table, value in layout.to_unstacked(stacking, stacked).items():
-      arrays[f"{table}/{slot}"] = value
-  np.savez(out, **arrays)
-  print(json.dumps({"replicas": strategy.num_replicas_in_sync}))
+    for table, array in layout.to_unstacked(
+        embedding._stacking, stacked).items():  # pylint: disable=protected-access
+      arrays[f"{table}/{slot}"] = array
+  return arrays
 
 
 if __name__ == "__main__":

@@ -126,7 +126,8 @@ class HostEmbedding(autotrackable.AutoTrackable):
 
     @_no_autograph  # merge_call would convert it: plain Python, run once
     def create(*unused_strategy):
-      self._variables = self._store.create(self)
+      with variables_lib.unreadable_restore_dropped(self):
+        self._variables = self._store.create(self)
 
     if replicas.in_replica_context_of(self._strategy):
       # A model built in its first step (tf_keras' fit of an unbuilt
@@ -322,8 +323,8 @@ class HostEmbedding(autotrackable.AutoTrackable):
             "per enqueue.")
       flat_grads = step.check_gradients(config, self._output_shapes,
                                         gradients)
-      applied.append(True)
       step.apply(config, batch, flat_grads, self._policy)
+      applied.append(True)  # a refused step wrote nothing: not used up
 
     return nest.pack_sequence_as(config.structure, flat), backward
 

@@ -228,6 +228,27 @@ class TableStore:
           f"{slots[table]}): it was saved with another optimizer.")
 
 
+@contextlib.contextmanager
+def unreadable_restore_dropped(owner):
+  """Creating `owner`'s tables, which reads a checkpoint restored into it
+  before they existed: where that checkpoint cannot be read (damaged or
+  missing files), the error says so and the restore is dropped, so the
+  next build creates the tables as if it had not been tried (a restore is
+  all or nothing)."""
+  try:
+    yield
+  except (tf.errors.DataLossError, tf.errors.NotFoundError) as e:
+    pending = owner._deferred_dependencies  # pylint: disable=protected-access
+    if not pending:
+      raise
+    pending.clear()
+    raise type(e)(e.node_def, e.op, (
+        "The checkpoint restored into this embedding object before its "
+        "tables were created cannot be read, so nothing of it was restored "
+        "and the restore is dropped: the next build() creates the tables "
+        f"from their initializers. The error: {e.message}")) from None
+
+
 def check_checkpoint_nodes(path: str, names, check_node) -> None:
   """Refuses a checkpoint before anything of it is restored: `check_node(
   children)` raises a ValueError for an embedding object's children it

@@ -229,6 +229,11 @@ class Adapter(checkpoint_adapter.AbstractCheckpointAdapter):
                     "slots).")
 
   @property
+  def unstacked(self) -> bool:
+    """True for a checkpoint of unstacked tables."""
+    return self._saved is None
+
+  @property
   def needed(self) -> bool:
     """False when the checkpoint holds this very layout."""
     if self._saved is None:
@@ -334,20 +339,25 @@ def checked_adapter(path: str, stacking, store, stacked_tables,
   adapter = Adapter(path, stacking, slots)
   if not adapter.needed:
     adapter = None
-  elif built:
-    raise ValueError(
-        f"The checkpoint {path!r} holds the tables unstacked or stacked "
-        "for another SparseCore layout; this TPUEmbeddingV2 can rearrange "
-        "them only as it creates its tables: restore it before the first "
-        "lookup or build().")
   if adapter is None:
     names, check = stacking.stacked_tables, store.check_checkpoint_node
   else:
     names, check = adapter.names, functools.partial(adapter.check_node,
                                                     shapes=store.shapes)
+  # First what no restore could take (naming the table and shapes), then
+  # what only a restore before the tables exist can.
   variables_lib.check_checkpoint_nodes(
       path, names,
       functools.partial(_check_combiner_weights, user_tables, check))
+  if adapter is not None and built:
+    held = ("unstacked" if adapter.unstacked else
+            "stacked for another SparseCore layout")
+    raise ValueError(
+        f"The checkpoint {path!r} holds the tables {held}; they fit this "
+        "configuration, but this TPUEmbeddingV2 rearranges them only as it "
+        "creates its tables: restore it before the first lookup or build() "
+        "(e.g. into a new object of this configuration). Nothing was "
+        "restored.")
   return adapter
 
 

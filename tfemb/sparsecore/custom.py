@@ -120,8 +120,22 @@ class CustomTable(table_paths.OpsTable):
             f"Table {self.table.name!r}: custom_computation returned "
             f"{got.dtype.name} {got.shape} for {what}; expected "
             f"{want.dtype.name} {want.shape}.")
-      checked.append(got)
+      # In a graph the rows are counted when the step runs: checked there,
+      # before any table of the step is written.
+      checked.append(_same_shape(got, want, self.table.name, what))
     return checked
+
+
+def _same_shape(got: tf.Tensor, want: tf.Tensor, table: str,
+                what: str) -> tf.Tensor:
+  """`got`, once its run-time shape is `want`'s."""
+  check = tf.debugging.assert_equal(
+      tf.shape(got), tf.shape(want), summarize=8, message=(
+          f"Table {table!r}: custom_computation returned a shape for {what} "
+          f"other than the shape of its rows (x: returned, y: expected); no "
+          "table was updated."))
+  with tf.control_dependencies([check]):
+    return tf.identity(got)
 
 
 def training_path(table, variables, partitioned: bool, options, remap):

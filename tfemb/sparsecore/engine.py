@@ -134,9 +134,10 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
 
     @_no_autograph
     def create(*unused_strategy):
-      stacked, tables = stacked_variables.create(
-          self, self._tables_holder, self._stacking, self._store,
-          self._table_config, self._stacked)
+      with variables_lib.unreadable_restore_dropped(self):
+        stacked, tables = stacked_variables.create(
+            self, self._tables_holder, self._stacking, self._store,
+            self._table_config, self._stacked)
       # Tracked as `<stacked table>` and `<stacked table>/<slot>` only.
       self._variables = data_structures.NoDependency(stacked)
       self._tables = data_structures.NoDependency(tables)
@@ -149,24 +150,26 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
             self._combiner_vars[table.name] = self._track_trackable(
                 tf.Variable(initializer((combiner.num_weights,), tf.float32),
                             name=name), name)
+      self._track_trackable(
+          stacked_lib.LayoutsTrackable(
+              self._stacking.layouts_proto().SerializeToString()),
+          tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY)
+      self._train_paths = data_structures.NoDependency([
+          custom.training_path(t, self._tables[user.name],
+                               self._store.partitioned, self._options,
+                               stacked_lib.remap(self._stacking, user.name,
+                                                 user.vocabulary_size))
+          for t, user in zip(self._stacked.tables, self._config.tables)])
+      self._built = True
 
+    # Inside strategy.run (the first lookup in a step), once for every
+    # replica: each waits while the tables are created across replicas.
     if tf.distribute.has_strategy() and not (
         tf.distribute.in_cross_replica_context()):
       tf.distribute.get_replica_context().merge_call(create)
     else:
       with tf.init_scope():
         create()
-    self._track_trackable(
-        stacked_lib.LayoutsTrackable(
-            self._stacking.layouts_proto().SerializeToString()),
-        tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY)
-    self._train_paths = data_structures.NoDependency([
-        custom.training_path(t, self._tables[user.name],
-                             self._store.partitioned, self._options,
-                             stacked_lib.remap(self._stacking, user.name,
-                                               user.vocabulary_size))
-        for t, user in zip(self._stacked.tables, self._config.tables)])
-    self._built = True
 
   def _named(self, i: int) -> str:
     """Feature `i` and its table, as an error names them."""
@@ -282,7 +285,7 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     batch = step.gather(self._stacked, self._train_paths, feature_ids,
                         lookups)
     preserved = Preserved()
-    preserved.kept = kept
+    preserved.owner, preserved.kept = self, kept
     for t, (_, table_batch) in batch.tables.items():
       preserved.setdefault(self._stacked.tables[t].stacked_table_name,
                            []).append(table_batch.unique_ids)
@@ -295,6 +298,7 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     if not isinstance(partitioned_tensors, Preserved):
       raise ValueError("Expect the output of enqueue but get "
                        f"{type(partitioned_tensors)}.")
+    self._check_owner(partitioned_tensors, "partitioned_tensors")
     batch = partitioned_tensors.batch
     n = len(self._config.features)
     static = [tf.TensorShape(None) if i in self._custom else shape
@@ -312,10 +316,21 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
                                self._combiner_weights(table)),
           self._output_shapes[i].concatenate([table.dim]))
     preserved = Preserved(partitioned_tensors)
+    preserved.owner = partitioned_tensors.owner
     preserved.batch, preserved.kept = batch, partitioned_tensors.kept
     preserved.rows = rows
     preserved.applied = []
     return nest.pack_sequence_as(self._config.structure, flat), preserved
+
+  def _check_owner(self, preserved: Preserved, name: str) -> None:
+    """Refuses a batch looked up by another object: its rows are of that
+    object's tables."""
+    if preserved.owner is not self:
+      raise ValueError(
+          f"{name} come from another TPUEmbeddingV2 object (tables "
+          f"{sorted(preserved.owner.embedding_layouts)}); expected the "
+          "output of this object's enqueue or embedding lookup (tables "
+          f"{sorted(self.embedding_layouts)}).")
 
   @_no_autograph
   def apply_gradients(self, gradients: Any, preserved_outputs: Preserved):
@@ -330,6 +345,7 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
         preserved_outputs, "applied"):
       raise ValueError("preserved_outputs must be the second output of the "
                        "embedding lookup (or dequeue) of this batch.")
+    self._check_owner(preserved_outputs, "preserved_outputs")
     if preserved_outputs.applied:
       raise RuntimeError("apply_gradients was already called for this batch.")
     flat = step.check_gradients(self._config, self._output_shapes, gradients)
@@ -360,9 +376,9 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
         weight_grad = context.all_reduce("sum", weight_grad)
       more.append(combiner_lib.weights_update(
           table, self._combiner_weights(table), weight_grad))
-    preserved_outputs.applied.append(True)
     step.apply(self._stacked, preserved_outputs.batch, padded, self._policy,
                more)
+    preserved_outputs.applied.append(True)  # a refused step: not used up
 
   # --- the SparseCore's limits ------------------------------------------------
 
