@@ -9,7 +9,7 @@ For each strategy, stack and optimizer it starts a fresh cluster:
 * `ps`: `ParameterServerStrategy`: a coordinator, `--workers` workers and
   `--ps` parameter servers, each its own process. The coordinator trains
   with tf_keras `model.fit` and a `DatasetCreator`; every variable over
-  1 MiB (the tables) is sharded over the parameter servers
+  `--min-shard-bytes` (1 MiB: the tables) is sharded over the parameter servers
   (`MinSizePartitioner`).
 * `mwms`: `MultiWorkerMirroredStrategy`: `--workers` worker processes, each
   with every table, `model.fit` on the global batch.
@@ -35,6 +35,7 @@ tfemb / Keras. Exits 1 when a run fails.
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import resource
@@ -124,18 +125,28 @@ class Processes:
       self.kill(name)
 
 
-def start_servers(procs: Processes, cluster, rlimit_as: Optional[int] = None,
-                  check_bytes: int = 0):
-  """A `tf.distribute.Server` per parameter server and worker of `cluster`;
-  `rlimit_as` caps each parameter server's address space."""
+def start_servers(procs: Processes, cluster, memory_margin: int = 0,
+                  check_bytes: int = 0, only: Optional[str] = None):
+  """A `tf.distribute.Server` per parameter server and worker of `cluster`
+  (or only the one named e.g. "ps1"); `memory_margin` caps each parameter
+  server's address space (`server`)."""
   for job in ("ps", "worker"):
     for i in range(len(cluster[job])):
+      if only not in (None, f"{job}{i}"):
+        continue
       args = ["--role", "server", "--cluster", json.dumps(cluster),
               "--job", job, "--index", str(i)]
-      if job == "ps" and rlimit_as:
-        args += ["--rlimit-as", str(rlimit_as),
+      if job == "ps" and memory_margin:
+        args += ["--memory-margin", str(memory_margin),
                  "--check-bytes", str(check_bytes)]
       procs.start(f"{job}{i}", args)
+
+
+def write_pids(procs: Processes, path: str):
+  with open(path + ".tmp", "w") as f:
+    json.dump({name: p.pid for name, p in procs.procs.items()
+               if p.poll() is None}, f)
+  os.replace(path + ".tmp", path)
 
 
 def wait(procs: Processes, name: str, timeout_s: float) -> int:
@@ -162,20 +173,25 @@ def last_json(text: str) -> Optional[dict]:
 
 
 def server(args):
-  if args.rlimit_as:
-    resource.setrlimit(resource.RLIMIT_AS, (args.rlimit_as, args.rlimit_as))
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  if args.check_bytes:
-    # The cap holds: this process cannot allocate the tables' total.
-    try:
-      _ = bytearray(args.check_bytes)
-      print(f"cap not effective: {args.check_bytes} bytes allocated",
-            flush=True)
-    except MemoryError:
-      print(f"cap holds: {args.check_bytes} bytes refused", flush=True)
-  tf.distribute.Server(tf.train.ClusterSpec(json.loads(args.cluster)),
-                       job_name=args.job, task_index=args.index,
-                       protocol="grpc", start=True).join()
+  srv = tf.distribute.Server(tf.train.ClusterSpec(json.loads(args.cluster)),
+                             job_name=args.job, task_index=args.index,
+                             protocol="grpc", start=True)
+  if args.memory_margin:
+    # Address space capped at what the started server has mapped plus the
+    # margin; a margin under the tables' total keeps this process from
+    # ever holding them all.
+    cap = procmem.virtual_size() + args.memory_margin
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    print(json.dumps({"rlimit_as": cap}), flush=True)
+    if args.check_bytes:
+      try:
+        _ = bytearray(args.check_bytes)
+        print(f"cap not effective: {args.check_bytes} bytes allocated",
+              flush=True)
+      except MemoryError:
+        print(f"cap holds: {args.check_bytes} bytes refused", flush=True)
+  srv.join()
 
 
 def workload_of(args) -> workload_lib.Workload:
@@ -184,11 +200,13 @@ def workload_of(args) -> workload_lib.Workload:
 
 
 def dataset(work: workload_lib.Workload, id_stride: int = 1):
-  """The workload's batches, cycled (ids times `id_stride`: the same
-  distinct ids per batch spread over a table `id_stride` times bigger)."""
+  """The workload's batches, cycled. With `id_stride` the ids are those of
+  a table `id_stride` times smaller, times `id_stride`: the same distinct
+  ids per batch, spread over the bigger table."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  batches = work.make_batches()
+  batches = dataclasses.replace(work, vocab=work.vocab // id_stride
+                                ).make_batches()
   x = {n: np.concatenate([f[n] for f, _ in batches]) * id_stride
        for n in work.names}
   y = np.concatenate([labels for _, labels in batches])[:, None]
@@ -251,7 +269,8 @@ def make_meter(args):
         self.pids = read_pids(args.pids_file)
         self.before = procnet.snapshot(self.pids.values())
         self.began = time.perf_counter()
-      elif epoch == args.warmup_epochs + args.epochs - 1:
+      elif (epoch == args.warmup_epochs + args.epochs - 1
+            and self.began is not None):
         seconds = time.perf_counter() - self.began
         traffic = procnet.delta(self.before,
                                 procnet.snapshot(self.pids.values()))
@@ -290,7 +309,8 @@ def train(args):
     strategy = tf.distribute.experimental.ParameterServerStrategy(
         resolver, variable_partitioner=(
             tf.distribute.experimental.partitioners.MinSizePartitioner(
-                min_shard_bytes=1 << 20, max_shards=len(cluster["ps"]))))
+                min_shard_bytes=args.min_shard_bytes,
+                max_shards=len(cluster["ps"]))))
     data = tf.keras.utils.experimental.DatasetCreator(
         lambda _: dataset(work, args.id_stride))
   else:
@@ -352,29 +372,36 @@ def child_args(args, stack: str, optimizer: str) -> List[str]:
           "--vocab", str(args.vocab), "--batch", str(args.batch),
           "--steps", str(args.steps), "--epochs", str(args.epochs),
           "--warmup-epochs", str(args.warmup_epochs),
-          "--id-stride", str(args.id_stride)]
+          "--id-stride", str(args.id_stride),
+          "--min-shard-bytes", str(args.min_shard_bytes)]
 
 
-def run_ps(args, stack: str, optimizer: str, log_dir: str,
-           extra: List[str] = (), rlimit_as: Optional[int] = None,
-           check_bytes: int = 0) -> dict:
+def coordinate(procs: Processes, cluster, args, stack: str, optimizer: str,
+               name: str = "coordinator", extra: List[str] = (),
+               check: bool = True) -> dict:
+  """Runs a coordinator on the cluster's running servers: its JSON (or,
+  with `check=False`, {"exit": code, "log": its output} when it fails)."""
+  pids_file = os.path.join(procs.log_dir, f"{name}.pids.json")
+  procs.start(name, ["--role", "coordinator", "--cluster", json.dumps(cluster),
+                     "--pids-file", pids_file,
+                     *child_args(args, stack, optimizer), *extra])
+  write_pids(procs, pids_file)
+  code = wait(procs, name, args.timeout)
+  log = procs.log(name)
+  if code:
+    if not check:
+      return {"exit": code, "log": log}
+    raise RuntimeError(f"{name} exited {code}:\n{log[-3000:]}")
+  return last_json(log)
+
+
+def run_ps(args, stack: str, optimizer: str, log_dir: str) -> dict:
   """One ParameterServerStrategy cluster: the coordinator's JSON."""
-  ports = free_ports(args.ps + args.workers)
-  cluster = ps_cluster(ports, args.ps)
-  pids_file = os.path.join(log_dir, "pids.json")
+  cluster = ps_cluster(free_ports(args.ps + args.workers), args.ps)
   with Processes(log_dir) as procs:
-    start_servers(procs, cluster, rlimit_as, check_bytes)
-    procs.start("coordinator", ["--role", "coordinator", "--cluster",
-                                json.dumps(cluster), "--pids-file", pids_file,
-                                *child_args(args, stack, optimizer), *extra])
-    with open(pids_file + ".tmp", "w") as f:
-      json.dump({name: p.pid for name, p in procs.procs.items()}, f)
-    os.replace(pids_file + ".tmp", pids_file)
-    code = wait(procs, "coordinator", args.timeout)
-    log = procs.log("coordinator")
-    if code:
-      raise RuntimeError(f"coordinator exited {code}:\n{log[-3000:]}")
-    return dict(last_json(log), logs=log_dir)
+    start_servers(procs, cluster)
+    return dict(coordinate(procs, cluster, args, stack, optimizer),
+                logs=log_dir)
 
 
 def run_mwms(args, stack: str, optimizer: str, log_dir: str) -> dict:
@@ -388,9 +415,7 @@ def run_mwms(args, stack: str, optimizer: str, log_dir: str) -> dict:
                                  pids_file if i == 0 else "",
                                  *child_args(args, stack, optimizer)],
                   env(TF_CONFIG=json.dumps(config)))
-    with open(pids_file + ".tmp", "w") as f:
-      json.dump({name: p.pid for name, p in procs.procs.items()}, f)
-    os.replace(pids_file + ".tmp", pids_file)
+    write_pids(procs, pids_file)
     codes = [wait(procs, f"worker{i}", args.timeout)
              for i in range(args.workers)]
     log = procs.log("worker0")
@@ -528,6 +553,8 @@ def parse_args(argv=None):
   p.add_argument("--epochs", type=int, default=2, help="timed epochs")
   p.add_argument("--warmup-epochs", type=int, default=1)
   p.add_argument("--id-stride", type=int, default=1)
+  p.add_argument("--min-shard-bytes", type=int, default=1 << 20,
+                 help="variables under this are not sharded")
   p.add_argument("--timeout", type=float, default=900)
   p.add_argument("--out", default=None)
   # In the cluster:
@@ -537,7 +564,7 @@ def parse_args(argv=None):
   p.add_argument("--job")
   p.add_argument("--index", type=int)
   p.add_argument("--pids-file", default="")
-  p.add_argument("--rlimit-as", type=int, default=0)
+  p.add_argument("--memory-margin", type=int, default=0)
   p.add_argument("--check-bytes", type=int, default=0)
   p.add_argument("--save", default="")
   p.add_argument("--restore", default="")

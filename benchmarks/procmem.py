@@ -20,6 +20,12 @@ def rss(pid="self") -> Optional[int]:
   return _kb_field(f"/proc/{pid}/status", "VmRSS")
 
 
+def virtual_size(pid="self") -> Optional[int]:
+  """VmSize: the address space the process has mapped (what RLIMIT_AS
+  caps)."""
+  return _kb_field(f"/proc/{pid}/status", "VmSize")
+
+
 def peak_rss(pid="self") -> Optional[int]:
   """VmHWM: the highest RSS the process has had."""
   return _kb_field(f"/proc/{pid}/status", "VmHWM")
