@@ -136,10 +136,13 @@ def start_servers(procs: Processes, cluster, memory_margin: int = 0,
         continue
       args = ["--role", "server", "--cluster", json.dumps(cluster),
               "--job", job, "--index", str(i)]
+      environment = None
       if job == "ps" and memory_margin:
         args += ["--memory-margin", str(memory_margin),
                  "--check-bytes", str(check_bytes)]
-      procs.start(f"{job}{i}", args)
+        # Each malloc arena reserves 64 MiB of address space: 2 at most.
+        environment = env(MALLOC_ARENA_MAX="2")
+      procs.start(f"{job}{i}", args, environment)
 
 
 def write_pids(procs: Processes, path: str):
@@ -173,6 +176,14 @@ def last_json(text: str) -> Optional[dict]:
 
 
 def server(args):
+  stack = 2 << 20
+  if args.memory_margin and resource.getrlimit(
+      resource.RLIMIT_STACK)[0] != stack:
+    # Each thread reserves its stack (the soft limit, read as the process
+    # starts: 8 MiB by default) of the capped address space: 2 MiB.
+    resource.setrlimit(resource.RLIMIT_STACK,
+                       (stack, resource.getrlimit(resource.RLIMIT_STACK)[1]))
+    os.execv(sys.executable, sys.orig_argv)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   srv = tf.distribute.Server(tf.train.ClusterSpec(json.loads(args.cluster)),
                              job_name=args.job, task_index=args.index,
@@ -352,15 +363,13 @@ def train(args):
 
 
 def single(args):
-  """No cluster: restores `--restore` into one process, saves its tables to
-  `--save`/single.npz and writes them back as `--save`/single_ckpt."""
+  """No cluster: restores `--restore` into one process and saves its
+  tables to `--save`/single.npz."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   model, layer = build_model(args.stack, workload_of(args))
   tf.train.Checkpoint(model=model).restore(args.restore).expect_partial()
   np.savez(os.path.join(args.save, "single.npz"), **values(layer, model))
-  tf.train.Checkpoint(model=model).write(
-      os.path.join(args.save, "single_ckpt"))
   print(json.dumps({"restored": args.restore}), flush=True)
 
 
@@ -373,7 +382,9 @@ def child_args(args, stack: str, optimizer: str) -> List[str]:
           "--steps", str(args.steps), "--epochs", str(args.epochs),
           "--warmup-epochs", str(args.warmup_epochs),
           "--id-stride", str(args.id_stride),
-          "--min-shard-bytes", str(args.min_shard_bytes)]
+          "--min-shard-bytes", str(args.min_shard_bytes),
+          "--save", args.save, "--restore", args.restore,
+          "--checkpoint-dir", args.checkpoint_dir]
 
 
 def coordinate(procs: Processes, cluster, args, stack: str, optimizer: str,
