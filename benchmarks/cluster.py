@@ -279,6 +279,7 @@ def make_meter(args):
       if epoch == args.warmup_epochs - 1:
         self.pids = read_pids(args.pids_file)
         self.before = procnet.snapshot(self.pids.values())
+        self.cpu = {n: procmem.cpu_seconds(pid) for n, pid in self.pids.items()}
         self.began = time.perf_counter()
       elif (epoch == args.warmup_epochs + args.epochs - 1
             and self.began is not None):
@@ -291,6 +292,8 @@ def make_meter(args):
             "per_process": {
                 name: {"sent_per_step": traffic[pid]["sent"] / steps,
                        "received_per_step": traffic[pid]["received"] / steps,
+                       "cpu_s_per_step": (procmem.cpu_seconds(pid)
+                                          - self.cpu[name]) / steps,
                        "peak_rss": procmem.peak_rss(pid)}
                 for name, pid in self.pids.items()}}
 
@@ -476,7 +479,8 @@ def markdown(args, results: List[dict]) -> str:
       f"{args.epochs * args.steps} timed steps after "
       f"{args.warmup_epochs * args.steps} warm-up steps.", "",
       "| strategy | optimizer | stack | steps/s | MiB sent/step (all) | "
-      "per process: MiB sent / received per step, peak RSS MiB |",
+      "per process: MiB sent / received per step, CPU ms per step, "
+      "peak RSS MiB |",
       "|---|---|---|---|---|---|"]
   for r in results:
     if r.get("status") != "ok":
@@ -486,6 +490,7 @@ def markdown(args, results: List[dict]) -> str:
     t = totals(r)
     per = ", ".join(f"{n}: {mib(p['sent_per_step'])} / "
                     f"{mib(p['received_per_step'])}, "
+                    f"{p['cpu_s_per_step'] * 1e3:.0f}, "
                     f"{(p['peak_rss'] or 0) / 2**20:.0f}"
                     for n, p in r["per_process"].items())
     lines.append(f"| {r['strategy']} | {r['optimizer']} | {r['stack']} | "

@@ -1,6 +1,7 @@
 """Memory figures from /proc (Linux): a process's RSS and peak, and what
 the machine still has available. Values in bytes; page faults in pages."""
 
+import os
 import resource
 from typing import Optional
 
@@ -35,6 +36,16 @@ def huge_pages(pid="self") -> Optional[int]:
   """AnonHugePages: how much of the process's memory sits on 2 MiB pages
   (tfemb's tables ask for them; a fragmented machine may refuse)."""
   return _kb_field(f"/proc/{pid}/smaps_rollup", "AnonHugePages")
+
+
+def cpu_seconds(pid="self") -> Optional[float]:
+  """User and system CPU time the process has used (/proc/<pid>/stat)."""
+  try:
+    with open(f"/proc/{pid}/stat") as f:
+      fields = f.read().rsplit(")", 1)[1].split()
+  except OSError:
+    return None
+  return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def minor_faults() -> int:

@@ -23,44 +23,11 @@ def args_for(*argv):
                              "240", "--min-shard-bytes", "65536", *argv])
 
 
-def total_sent(result) -> float:
-  return sum(p["sent_per_step"] for p in result["per_process"].values())
-
-
-@pytest.mark.runs_under("tf_keras")
-def test_bytes_per_step_follow_the_distinct_ids_not_the_table(tmp_path):
-  """The same batches (same distinct ids) on tables of 2k and of 200k rows
-  (ids spread 100 apart): the bytes per step stay within 1.2x, and are
-  about what the step must move: each distinct row fetched once for the
-  lookup and its gradient sent once for the update, which runs on the
-  parameter servers (not the rows and slots fetched and written back)."""
-  sent, base = {}, ["--batch", "1024", "--steps", "10", "--epochs", "1"]
-  with ports.reserved(3) as reserved:
-    layout = cluster.ps_cluster(reserved, 2)
-    with cluster.Processes(str(tmp_path)) as procs:
-      cluster.start_servers(procs, layout)
-      for vocab, stride in ((2000, 1), (200_000, 100)):
-        args = args_for("--vocab", str(vocab), "--id-stride", str(stride),
-                        *base)
-        result = cluster.coordinate(procs, layout, args, "tfemb", "adagrad",
-                                    name=f"coordinator{vocab}")
-        assert result["shards"] == {f"table_f{i}": 2 for i in range(8)}
-        sent[vocab] = total_sent(result)
-  work = workload_lib.Workload(vocab=2000, optimizer="adagrad", batch=1024)
-  distinct = np.mean([sum(len(np.unique(ids)) for ids in f.values())
-                      for f, _ in work.make_batches()])
-  rows_and_grads = 2 * distinct * ROW  # the lookup's rows, the update's grads
-  assert sent[200_000] / sent[2000] < 1.2, sent
-  assert sent[2000] > rows_and_grads, (sent, rows_and_grads)
-  # Rows and accumulators fetched and written back would add 4 rows each.
-  assert sent[2000] < 2 * rows_and_grads, (sent, rows_and_grads)
-
-
 @pytest.mark.runs_under("tf_keras")
 def test_tables_bigger_than_a_parameter_server_may_hold(tmp_path):
-  """Adagrad tables of 8 x 400k rows (819 MB with the accumulators) over 2
+  """Adagrad tables of 8 x 300k rows (614 MB with the accumulators) over 2
   parameter servers whose address space may grow by 0.85x that at most
-  (RLIMIT_AS; a server grows by ~200 MB more than its half of the tables):
+  (RLIMIT_AS; a server grows by ~120 MB more than its half of the tables):
   one process holding them all would pass its cap. Training runs, and the
   cluster's checkpoint restores into one process with the same values.
 
@@ -70,7 +37,7 @@ def test_tables_bigger_than_a_parameter_server_may_hold(tmp_path):
   whole for each slice), about twice the shard: under this cap the
   parameter servers fail ("Bad address"). Uncapped, unsharded checkpoints
   restore into sharded tables (tests/test_parameter_server.py)."""
-  vocab = 400_000
+  vocab = 300_000
   work = workload_lib.Workload(vocab=vocab, optimizer="adagrad")
   total = work.table_and_slot_bytes()
   margin = int(0.85 * total)
@@ -104,38 +71,76 @@ def test_tables_bigger_than_a_parameter_server_may_hold(tmp_path):
     np.testing.assert_array_equal(got[key], value, err_msg=key)
 
 
+@pytest.fixture(name="servers", scope="module")
+def fixture_servers(tmp_path_factory):
+  """2 parameter servers and 1 worker, shared by the tests that start
+  their own coordinators (a new coordinator on running servers is how
+  ParameterServerStrategy restarts)."""
+  with ports.reserved(3) as reserved:
+    layout = cluster.ps_cluster(reserved, 2)
+    with cluster.Processes(str(tmp_path_factory.mktemp("servers"))) as procs:
+      cluster.start_servers(procs, layout)
+      yield layout, procs
+
+
+def total_sent(result) -> float:
+  return sum(p["sent_per_step"] for p in result["per_process"].values())
+
+
 @pytest.mark.runs_under("tf_keras")
-def test_a_killed_parameter_server_is_named_and_training_resumes(tmp_path):
+def test_bytes_per_step_follow_the_distinct_ids_not_the_table(servers):
+  """The same batches (same distinct ids) on tables of 2k and of 200k rows
+  (ids spread 100 apart): the bytes per step stay within 1.2x, and are
+  about what the step must move: each distinct row fetched once for the
+  lookup and its gradient sent once for the update, which runs on the
+  parameter servers (not the rows and slots fetched and written back)."""
+  sent, base = {}, ["--batch", "1024", "--steps", "10", "--epochs", "1"]
+  layout, procs = servers
+  for vocab, stride in ((2000, 1), (200_000, 100)):
+    args = args_for("--vocab", str(vocab), "--id-stride", str(stride), *base)
+    result = cluster.coordinate(procs, layout, args, "tfemb", "adagrad",
+                                name=f"coordinator{vocab}")
+    assert result["shards"] == {f"table_f{i}": 2 for i in range(8)}
+    sent[vocab] = total_sent(result)
+  work = workload_lib.Workload(vocab=2000, optimizer="adagrad", batch=1024)
+  distinct = np.mean([sum(len(np.unique(ids)) for ids in f.values())
+                      for f, _ in work.make_batches()])
+  rows_and_grads = 2 * distinct * ROW  # the lookup's rows, the update's grads
+  assert sent[200_000] / sent[2000] < 1.2, sent
+  assert sent[2000] > rows_and_grads, (sent, rows_and_grads)
+  # Rows and accumulators fetched and written back would add 4 rows each.
+  assert sent[2000] < 2 * rows_and_grads, (sent, rows_and_grads)
+
+
+@pytest.mark.runs_under("tf_keras")
+def test_a_killed_parameter_server_is_named_and_training_resumes(
+    servers, tmp_path):
   """Parameter server 1 is killed after the first checkpoint: the
   coordinator fails naming it; with it restarted, a new coordinator
-  resumes from the last checkpoint and finishes."""
+  resumes from the last checkpoint and finishes. (Runs last on the shared
+  servers.)"""
+  layout, procs = servers
   common = ["--vocab", "2000", "--batch", "256", "--steps", "5",
             "--min-shard-bytes", "65536",
             "--checkpoint-dir", str(tmp_path / "ckpts")]
-  with ports.reserved(3) as reserved:
-    layout = cluster.ps_cluster(reserved, 2)
-    with cluster.Processes(str(tmp_path / "logs")) as procs:
-      cluster.start_servers(procs, layout)
-      pids = str(tmp_path / "logs" / "pids.json")
-      procs.start("first", ["--role", "coordinator", "--cluster",
-                            cluster.json.dumps(layout), "--stack", "tfemb",
-                            "--optimizer", "adagrad", "--epochs", "1000",
-                            *common])
-      cluster.write_pids(procs, pids)
-      deadline = time.monotonic() + 180
-      while not (tmp_path / "ckpts" / "checkpoint").exists():
-        assert procs.procs["first"].poll() is None, procs.log("first")[-3000:]
-        assert time.monotonic() < deadline, "no checkpoint"
-        time.sleep(0.2)
-      procs.kill("ps1")
-      failed = cluster.wait(procs, "first", 180)
-      log = procs.log("first")
-      assert failed != 0
-      assert "/job:ps/replica:0/task:1" in log, log[-3000:]
-      cluster.start_servers(procs, layout, only="ps1")
-      result = cluster.coordinate(procs, layout, args_for(
-          *common, "--epochs", "3", "--warmup-epochs", "0"),
-                                  "tfemb", "adagrad", name="second")
+  procs.start("first", ["--role", "coordinator", "--cluster",
+                        cluster.json.dumps(layout), "--stack", "tfemb",
+                        "--optimizer", "adagrad", "--epochs", "1000",
+                        *common])
+  deadline = time.monotonic() + 180
+  while not (tmp_path / "ckpts" / "checkpoint").exists():
+    assert procs.procs["first"].poll() is None, procs.log("first")[-3000:]
+    assert time.monotonic() < deadline, "no checkpoint"
+    time.sleep(0.2)
+  procs.kill("ps1")
+  assert cluster.wait(procs, "first", 180) != 0
+  log = procs.log("first")
+  assert "/job:ps/replica:0/task:1" in log, log[-3000:]
+  assert "/job:ps/replica:0/task:0" not in log, log[-3000:]
+  cluster.start_servers(procs, layout, only="ps1")
+  result = cluster.coordinate(procs, layout, args_for(
+      *common, "--epochs", "3", "--warmup-epochs", "0"), "tfemb", "adagrad",
+                              name="second")
   assert result["initial_epoch"] >= 1, result
   assert len(result["losses"]) == 3 - result["initial_epoch"]
   assert np.isfinite(result["losses"]).all(), result

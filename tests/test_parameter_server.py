@@ -71,7 +71,7 @@ def test_sharded_tables_train_like_one_process_and_checkpoints_move(
   ps_dir.mkdir()
   out = run("coordinator", json.dumps(cluster), str(ps_dir))
   assert json.loads(out.strip().splitlines()[-1])["shards"] == {
-      "items": 2, "small": 2}
+      "items": 2, "small": 2, "wide": 2}
   assert_same(dict(np.load(ps_dir / "final.npz")), expected)
   assert not np.allclose(expected["items/parameters"], 0.3)
 

@@ -82,20 +82,33 @@ def prepare(table, variables, ids, grads, lr) -> Optional[
   return tf.reduce_all(finites), write
 
 
+# Floats in the widest SIMD register TensorFlow's CPU kernels use (AVX-512).
+_LANES = 16
+
+
 def _new_rows(table, opt, shard, local, grads, positions, count, lr):
-  """`sparse_update.new_rows` of one shard's rows, with the same numbers:
-  TensorFlow's CPU kernels may round an element differently by where it
-  sits in a tensor (e.g. `rsqrt` vectorized or not), so the shard's rows
-  are computed at their places in a tensor of all the step's `count` rows
-  (the others zero, then dropped)."""
+  """`sparse_update.new_rows` of one shard's rows, with the same numbers.
+
+  TensorFlow's CPU kernels round an element differently when it falls in
+  a tensor's last, partial SIMD register (e.g. `rsqrt` there is not
+  vectorized). With rows a whole number of registers wide, no element
+  does. Otherwise the shard's rows are computed at their places in a
+  tensor of all the step's `count` rows (the others zero, then dropped),
+  as they are in one process."""
   del table
-  spread = lambda x: tf.scatter_nd(
-      positions[:, None], x,
-      tf.concat([[count], tf.shape(x)[1:]], 0))
-  read = lambda v: spread(tf.gather(v, local))
   names = opt._slot_names()  # pylint: disable=protected-access
+  whole = all(v.shape.rank == 2 and v.shape[1] % _LANES == 0
+              for v in shard.values())
+  if whole:
+    spread = lambda x: x
+  else:
+    spread = lambda x: tf.scatter_nd(
+        positions[:, None], x, tf.concat([[count], tf.shape(x)[1:]], 0))
+  read = lambda v: spread(tf.gather(v, local))
   new_w, new_slots = update_rules.apply(
       opt, read(shard["parameters"]), spread(grads),
       {n: read(shard[n]) for n in names}, lr)
-  return {name: tf.gather(value, positions)
-          for name, value in dict(new_slots, parameters=new_w).items()}
+  values = dict(new_slots, parameters=new_w)
+  if whole:
+    return values
+  return {name: tf.gather(value, positions) for name, value in values.items()}
