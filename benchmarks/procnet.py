@@ -46,8 +46,12 @@ def parse(text: str, pids: Iterable[int]) -> Snapshot:
 
 
 def snapshot(pids: Iterable[int]) -> Snapshot:
-  text = subprocess.run(["ss", "-tinpHe"], capture_output=True, text=True,
-                        check=True, timeout=60).stdout
+  try:
+    text = subprocess.run(["ss", "-tinpHe"], capture_output=True, text=True,
+                          check=True, timeout=60).stdout
+  except FileNotFoundError:
+    raise RuntimeError("`ss` not found: install iproute2 (e.g. "
+                       "`apt-get install iproute2`)") from None
   return parse(text, pids)
 
 
