@@ -96,13 +96,12 @@ class Processes:
   def __enter__(self):
     return self
 
-  def start(self, name: str, args: List[str], environment=None,
-            stdout=None) -> subprocess.Popen:
+  def start(self, name: str, args: List[str],
+            environment=None) -> subprocess.Popen:
     log = open(os.path.join(self.log_dir, f"{name}.log"), "w")  # pylint: disable=consider-using-with
     proc = subprocess.Popen(  # pylint: disable=consider-using-with
         [sys.executable, "-m", "benchmarks.cluster", *args], cwd=REPO,
-        env=environment or env(), stdout=stdout or log,
-        stderr=subprocess.STDOUT if stdout is None else log,
+        env=environment or env(), stdout=log, stderr=subprocess.STDOUT,
         start_new_session=True, text=True)
     proc.log = log
     self.procs[name] = proc
@@ -391,20 +390,16 @@ def child_args(args, stack: str, optimizer: str) -> List[str]:
 
 
 def coordinate(procs: Processes, cluster, args, stack: str, optimizer: str,
-               name: str = "coordinator", extra: List[str] = (),
-               check: bool = True) -> dict:
-  """Runs a coordinator on the cluster's running servers: its JSON (or,
-  with `check=False`, {"exit": code, "log": its output} when it fails)."""
+               name: str = "coordinator") -> dict:
+  """Runs a coordinator on the cluster's running servers: its JSON."""
   pids_file = os.path.join(procs.log_dir, f"{name}.pids.json")
   procs.start(name, ["--role", "coordinator", "--cluster", json.dumps(cluster),
                      "--pids-file", pids_file,
-                     *child_args(args, stack, optimizer), *extra])
+                     *child_args(args, stack, optimizer)])
   write_pids(procs, pids_file)
   code = wait(procs, name, args.timeout)
   log = procs.log(name)
   if code:
-    if not check:
-      return {"exit": code, "log": log}
     raise RuntimeError(f"{name} exited {code}:\n{log[-3000:]}")
   return last_json(log)
 
