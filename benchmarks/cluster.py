@@ -1,8 +1,8 @@
 """tfemb beside Keras `Embedding` on a cluster of processes on 127.0.0.1.
 
-    python -m benchmarks.cluster --quick        # ~5 min: ps and mwms, small tables
-    python -m benchmarks.cluster                # bigger tables, more steps
-    python -m benchmarks.cluster --strategies ps --optimizers adam --vocab 1000000
+    python -m benchmarks.cluster --quick    # ~6 min: ps and mwms, 100k rows
+    python -m benchmarks.cluster            # 1M rows, more steps
+    python -m benchmarks.cluster --strategies ps --optimizers adam --vocab 1M
 
 For each strategy, stack and optimizer it starts a fresh cluster:
 
