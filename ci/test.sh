@@ -35,6 +35,7 @@ run_passes "$TF_VENV/bin/python" tests \
   --ignore=tests/test_interrupted_training.py \
   --ignore=tests/test_multi_worker.py \
   --ignore=tests/test_parameter_server.py \
+  --ignore=tests/test_cluster.py \
   --ignore=tests/test_model_garden.py \
   --ignore=tests/test_migrate_cli.py \
   --ignore=tests/test_kernel_builds.py \

@@ -12,6 +12,11 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.distribute import sharded_variable  # pylint: disable=g-direct-tensorflow-import
+
+import tfemb
+from tfemb.host import sharded
+from tfemb.host import sparse_update
 
 WORKER = pathlib.Path(__file__).resolve().parent / "workers" / "ps_worker.py"
 sys.path.insert(0, str(WORKER.parent))
@@ -71,7 +76,7 @@ def test_sharded_tables_train_like_one_process_and_checkpoints_move(
   ps_dir.mkdir()
   out = run("coordinator", json.dumps(cluster), str(ps_dir))
   assert json.loads(out.strip().splitlines()[-1])["shards"] == {
-      "items": 2, "small": 2}
+      "items": 2, "small": 2, "wide": 2}
   assert_same(dict(np.load(ps_dir / "final.npz")), expected)
   assert not np.allclose(expected["items/parameters"], 0.3)
 
@@ -111,3 +116,41 @@ def test_table_partitioner_needs_a_parameter_server_strategy():
   with pytest.raises(ValueError, match="ParameterServerStrategy"):
     embedding.table_partitioner = (
         tf.distribute.experimental.partitioners.FixedShardsPartitioner(2))
+
+
+@pytest.mark.parametrize("dim", [4, 32])
+@pytest.mark.parametrize("optimizer", ["adagrad", "adam"])
+def test_an_update_per_shard_equals_the_update_of_one_table(dim, optimizer):
+  """tfemb/host/sharded.py's update of a ShardedVariable (3 uneven shards,
+  here in one process) writes exactly the rows and slots of the update of
+  one unsharded table: rows 32 floats wide alone per shard, rows of 4
+  among the step's rows (TensorFlow's `rsqrt` rounds the elements of a
+  last, partial SIMD register differently)."""
+  opt = {"adagrad": tfemb.Adagrad(0.3), "adam": tfemb.Adam(0.05)}[optimizer]
+  table = tfemb.TableConfig(10, dim, name="t", optimizer=opt)
+  names = ["parameters"] + list(opt._slot_names())  # pylint: disable=protected-access
+  rng = np.random.default_rng(3)
+  start = {n: rng.uniform(0.1, 2.0, (10, dim)).astype(np.float32)
+           for n in names}
+  one = {n: tf.Variable(v) for n, v in start.items()}
+  shards = {n: sharded_variable.ShardedVariable(
+      [tf.Variable(v[:4]), tf.Variable(v[4:7]), tf.Variable(v[7:])])
+            for n, v in start.items()}
+  for step in range(3):
+    ids = tf.constant(rng.permutation(10)[:7], tf.int64)
+    grads = tf.constant(rng.normal(size=(7, dim)), tf.float32)
+    lr = tf.constant(0.3)
+    sparse_update.write_rows(table, one, ids, sparse_update.new_rows(
+        table, one, ids, grads, lr))
+    finite, write = sharded.prepare(table, shards, ids, grads, lr)
+    assert bool(finite)
+    write()
+    for n in names:
+      np.testing.assert_array_equal(
+          tf.convert_to_tensor(shards[n]).numpy(), one[n].numpy(),
+          err_msg=f"step {step}: {n}")
+  assert not np.array_equal(one["parameters"].numpy(), start["parameters"])
+  non_lazy = tfemb.TableConfig(10, dim, name="t",
+                               optimizer=tfemb.Adam(0.05, lazy_adam=False))
+  assert sharded.prepare(non_lazy, shards, ids, grads, lr) is None
+  assert sharded.prepare(table, one, ids, grads, lr) is None

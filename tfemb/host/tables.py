@@ -38,6 +38,7 @@ import tensorflow as tf
 
 from tfemb import inputs
 from tfemb import validation
+from tfemb.host import sharded
 from tfemb.host import sparse_update
 from tfemb.host.variables import gather_rows
 from tfemb.host.variables import TableVariables
@@ -150,6 +151,9 @@ class OpsTable(_Path):
     # The rows are read again here, not taken from the lookup: a concurrent
     # step may have written them since (each step's update reads, computes
     # and writes under one lock).
+    on_servers = sharded.prepare(self.table, self.variables, ids, grads, lr)
+    if on_servers is not None:  # on the parameter servers holding the rows
+      return Pending(*on_servers)
     values = sparse_update.new_rows(self.table, self.variables, ids, grads,
                                     lr)
     finite = tf.reduce_all([validation.all_finite(v) for v in values.values()])

@@ -116,11 +116,15 @@ class TableStore:
 
     def plain(name, dtype, initializer, trainable, blocks):
       shape = shapes[name]
+      if blocks:
+        initial_value = initialization.uninitialized(shape, dtype)
+      elif self.partitioned and initialization.is_elementwise(initializer):
+        initial_value = _per_shard(initializer, shape, dtype)
+      else:
+        initial_value = functools.partial(initializer, shape, dtype=dtype)
       variable = tf.Variable(
           name=name,
-          initial_value=(
-              initialization.uninitialized(shape, dtype) if blocks
-              else functools.partial(initializer, shape, dtype=dtype)),
+          initial_value=initial_value,
           shape=shape,
           dtype=dtype,
           trainable=trainable)
@@ -303,6 +307,20 @@ def _shapes(table) -> Dict[str, Tuple[int, ...]]:
   shapes.update({f"{table.name}/{n}": (table.vocabulary_size,) if d == 1
                  else table_shape for n, d in zip(names, dims)})
   return shapes
+
+
+def _per_shard(initializer, shape, dtype):
+  """The initial value of a table or slot that ParameterServerStrategy may
+  shard: it asks each shard's value with `partition_shape` and
+  `partition_offset`. An elementwise initializer gives that shard's rows
+  alone, on its parameter server (the same law, or for `RowIdInitializer`
+  the same values), instead of the whole table there, sliced."""
+  def value(partition_shape=None, partition_offset=None):
+    if partition_shape is None:
+      return initializer(shape, dtype=dtype)
+    return initialization.from_row(initializer, partition_offset[0])(
+        partition_shape, dtype=dtype)
+  return value
 
 
 class ByTableConfig(dict):

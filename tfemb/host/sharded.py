@@ -1,0 +1,114 @@
+"""A sharded table's update on its parameter servers.
+
+Under `ParameterServerStrategy` a table and its slots are `ShardedVariable`s
+whose shards live on the parameter servers. Computing the update where the
+step runs would fetch every touched row of the table and of each slot from
+the parameter servers and send them all back. Instead each shard's part of
+the step's distinct ids and their summed gradients is sent to the shard's
+parameter server, which gathers its rows, applies the optimizer
+(`update_rules.apply`, with the numbers of one process) and checks them
+there; only
+the ids, the gradients and one "finite" flag per shard cross the network,
+and the write (`sparse_update.write_rows`) stays on that server too.
+
+Shards split the rows as TensorFlow's "div" routing does (the first shards
+take one row more), the routing `tf.nn.embedding_lookup` uses for a
+`ShardedVariable`.
+"""
+
+from typing import Callable, Dict, List, Optional, Tuple
+
+import tensorflow as tf
+from tensorflow.python.distribute import sharded_variable  # pylint: disable=g-direct-tensorflow-import
+
+from tfemb import update_rules
+from tfemb import validation
+from tfemb.host import sparse_update
+
+
+def shards(variables: Dict[str, object]) -> Optional[List[Dict[str, object]]]:
+  """Per shard, the table's and slots' variables of that shard, when the
+  table and all its slots are sharded alike; else None."""
+  values = list(variables.values())
+  if not all(isinstance(v, sharded_variable.ShardedVariable)
+             for v in values):
+    return None
+  counts = {tuple(int(s.shape[0]) for s in v.variables) for v in values}
+  if len(counts) != 1:
+    return None
+  n = len(values[0].variables)
+  return [{name: v.variables[i] for name, v in variables.items()}
+          for i in range(n)]
+
+
+def prepare(table, variables, ids, grads, lr) -> Optional[
+    Tuple[tf.Tensor, Callable[[], List]]]:
+  """`(finite, write)` of the update of rows `ids` by `grads`, computed on
+  each shard's parameter server; None when the table is not sharded alike
+  or its optimizer updates every row (non-lazy Adam)."""
+  per_shard = shards(variables)
+  opt = sparse_update.optimizer_of(table)
+  if per_shard is None or not getattr(opt, "lazy_adam", True):
+    return None
+  sizes = [int(s["parameters"].shape[0]) for s in per_shard]
+  starts, ends, total = [], [], 0
+  for size in sizes:
+    starts.append(total)
+    total += size
+    ends.append(total)
+  which = tf.searchsorted(tf.constant(ends, ids.dtype), ids, side="right")
+  which = tf.cast(which, tf.int32)
+  count = tf.size(ids)
+  part_ids = tf.dynamic_partition(ids, which, len(sizes))
+  part_grads = tf.dynamic_partition(grads, which, len(sizes))
+  part_positions = tf.dynamic_partition(tf.range(count), which, len(sizes))
+  finites, writes = [], []
+  for shard, start, local, g, positions in zip(
+      per_shard, starts, part_ids, part_grads, part_positions):
+    with tf.device(shard["parameters"].device):
+      local = local - tf.cast(start, local.dtype)
+      values = _new_rows(table, opt, shard, local, g, positions, count, lr)
+      finites.append(tf.reduce_all(
+          [validation.all_finite(v) for v in values.values()]))
+    writes.append((shard, local, values))
+
+  def write():
+    out = []
+    for shard, local, values in writes:
+      with tf.device(shard["parameters"].device):
+        out += sparse_update.write_rows(table, shard, local, values)
+    return out
+
+  return tf.reduce_all(finites), write
+
+
+# Floats in the widest SIMD register TensorFlow's CPU kernels use (AVX-512).
+_LANES = 16
+
+
+def _new_rows(table, opt, shard, local, grads, positions, count, lr):
+  """`sparse_update.new_rows` of one shard's rows, with the same numbers.
+
+  TensorFlow's CPU kernels round an element differently when it falls in
+  a tensor's last, partial SIMD register (e.g. `rsqrt` there is not
+  vectorized). With rows a whole number of registers wide, no element
+  does. Otherwise the shard's rows are computed at their places in a
+  tensor of all the step's `count` rows (the others zero, then dropped),
+  as they are in one process."""
+  del table
+  names = opt._slot_names()  # pylint: disable=protected-access
+  whole = all(v.shape.rank == 2 and v.shape[1] % _LANES == 0
+              for v in shard.values())
+  if whole:
+    spread = lambda x: x
+  else:
+    spread = lambda x: tf.scatter_nd(
+        positions[:, None], x, tf.concat([[count], tf.shape(x)[1:]], 0))
+  read = lambda v: spread(tf.gather(v, local))
+  new_w, new_slots = update_rules.apply(
+      opt, read(shard["parameters"]), spread(grads),
+      {n: read(shard[n]) for n in names}, lr)
+  values = dict(new_slots, parameters=new_w)
+  if whole:
+    return values
+  return {name: tf.gather(value, positions) for name, value in values.items()}
