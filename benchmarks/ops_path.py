@@ -29,6 +29,16 @@ from benchmarks import workload as workload_lib
 
 STACKS = {"mid": "tfemb-emb", "keras": "tfemb"}
 ENGINES = ("fused", "ops")
+# Not work: constants, inputs, forwarded values, control-only nodes.
+_NOT_WORK = ("Const", "Placeholder", "Identity", "NoOp")
+
+
+def ops_per_step(step, tensors, per_call) -> float:
+  """The ops a traced step runs per training step, constants, inputs and
+  identities aside (the graph of its first batch)."""
+  graph = step.get_concrete_function(*tensors[0]).graph
+  ops = [op for op in graph.get_operations() if op.type not in _NOT_WORK]
+  return len(ops) / per_call
 
 
 def _inline(args, stack):
@@ -45,6 +55,8 @@ def _inline(args, stack):
       step, tensors, per_call = child.build(BY_NAME[stack], work, batches)
       timing.time_steps(step, tensors, 10)  # trace and warm up
     built[engine] = (step, tensors, per_call)
+    print(f"{engine}: {ops_per_step(step, tensors, per_call):.0f} ops per "
+          f"step ({work.features} tables)", flush=True)
   yield from timing.alternate(built, args.rounds, args.calls)
 
 
