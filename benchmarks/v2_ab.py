@@ -25,27 +25,26 @@ V2 / V1 of its two medians; the result is the median over the rounds.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 
-import numpy as np
-
+from benchmarks import timing
 from benchmarks import workload as workload_lib
 
 STACKS = {"mid": ("tfemb-emb", "tfemb-emb-v2"), "keras": ("tfemb", "tfemb-v2")}
 
 
-def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--api", choices=sorted(STACKS), default="mid")
+def parse_args(argv=None, doc=__doc__, api="mid"):
+  """The arguments of this tool, and of `benchmarks.ops_path` (`doc`)."""
+  p = argparse.ArgumentParser(description=doc.splitlines()[0])
+  p.add_argument("--api", choices=sorted(STACKS), default=api)
   p.add_argument("--optimizer", default="adagrad",
                  choices=workload_lib.OPTIMIZERS)
   p.add_argument("--vocab", type=int, default=100_000)
   p.add_argument("--rounds", type=int, default=15)
   p.add_argument("--calls", type=int, default=20,
-                 help="calls per generation per round (in one process)")
+                 help="calls of each per round (in one process)")
   p.add_argument("--steps", type=int, default=100,
                  help="timed calls per child process (--processes)")
   p.add_argument("--warmup", type=int, default=30,
@@ -59,7 +58,6 @@ def parse_args(argv=None):
 def _inline(args, stacks):
   """Rounds of medians, both generations built in this process."""
   from benchmarks import child  # pylint: disable=g-import-not-at-top
-  from benchmarks import timing  # pylint: disable=g-import-not-at-top
   from benchmarks.stacks import BY_NAME  # pylint: disable=g-import-not-at-top
   work = workload_lib.Workload(vocab=args.vocab, optimizer=args.optimizer)
   batches = work.make_batches()
@@ -68,30 +66,31 @@ def _inline(args, stacks):
     step, tensors, per_call = child.build(BY_NAME[name], work, batches)
     timing.time_steps(step, tensors, 10)  # trace and warm up
     built[name] = (step, tensors, per_call)
-  for r in range(args.rounds):
-    medians = {}
-    for name in (stacks if r % 2 == 0 else stacks[::-1]):
-      step, tensors, per_call = built[name]
-      times = timing.time_steps(step, tensors, args.calls, start=r)
-      medians[name] = float(np.median(times)) * 1e3 / per_call
-    yield medians
+  yield from timing.alternate(built, args.rounds, args.calls)
 
 
-def _in_processes(args, stacks):
-  """Rounds of medians, each measured by a child process of its own."""
+def _in_processes(args, runs):
+  """Rounds of medians, each measured by a child process of its own.
+
+  `runs`: `{key: (stack name, variables added to its environment)}`, in
+  the order of the first round; the rounds are keyed alike.
+  """
+  keys = list(runs)
   with tempfile.TemporaryDirectory() as tmp:
     for r in range(args.rounds):
       medians = {}
-      for name in (stacks if r % 2 == 0 else stacks[::-1]):
-        out = os.path.join(tmp, f"{name}-{r}.json")
+      for i, key in enumerate(keys if r % 2 == 0 else keys[::-1]):
+        name, env = runs[key]
+        out = os.path.join(tmp, f"{r}-{i}.json")
         subprocess.run(
             [sys.executable, "-m", "benchmarks.child", "--stack", name,
              "--optimizer", args.optimizer, "--vocab", str(args.vocab),
              "--steps", str(args.steps), "--warmup", str(args.warmup),
              "--max-seconds", "600",
-             "--out", out], check=True, stdout=subprocess.DEVNULL)
+             "--out", out], check=True, stdout=subprocess.DEVNULL,
+            env=dict(os.environ, **env))
         with open(out) as f:
-          medians[name] = json.load(f)["median_ms"]
+          medians[key] = json.load(f)["median_ms"]
       yield medians
 
 
@@ -99,20 +98,21 @@ def main(argv=None):
   args = parse_args(argv)
   stacks = STACKS[args.api]
   rounds = []
-  measure = _in_processes if args.processes else _inline
-  for r, medians in enumerate(measure(args, stacks)):
+  if args.processes:
+    measured = _in_processes(args, {s: (s, {}) for s in stacks})
+  else:
+    measured = _inline(args, stacks)
+  for r, medians in enumerate(measured):
     rounds.append(medians)
     v1, v2 = medians[stacks[0]], medians[stacks[1]]
     print(f"round {r + 1}: V1 {v1:.3f} ms, V2 {v2:.3f} ms, V2 / V1 "
           f"{v2 / v1:.3f}", flush=True)
-  ratios = [m[stacks[1]] / m[stacks[0]] for m in rounds]
-  ratio = statistics.median(ratios)
-  v1 = statistics.median(m[stacks[0]] for m in rounds)
-  v2 = statistics.median(m[stacks[1]] for m in rounds)
+  result = timing.ratio_of_rounds(rounds, stacks[0], stacks[1])
+  v1, v2, ratio = result["base_ms"], result["other_ms"], result["ratio"]
   print(f"{args.api} API, {args.optimizer}, {args.vocab:,} rows per table: "
         f"V1 {v1:.3f} ms, V2 {v2:.3f} ms per step, V2 / V1 = {ratio:.3f} "
         f"(median of {len(rounds)} rounds; quartiles "
-        f"{np.quantile(ratios, 0.25):.3f}-{np.quantile(ratios, 0.75):.3f})")
+        "{:.3f}-{:.3f})".format(*result["quartiles"]))
   if args.out:
     with open(args.out, "w") as f:
       json.dump({"api": args.api, "vocab": args.vocab,

@@ -6,7 +6,7 @@ same numbers:
 | path | when | lookup | row gradients | update |
 |---|---|---|---|---|
 | `FusedTable` | training steps of CPU tables (plain or mirrored) | one kernel: range check, dedup, gather | one kernel | one kernel, in place |
-| `OpsTable` | direct lookups; tables on a GPU or parameter servers; non-lazy Adam; `Options(fused_kernels=False)` | `tf.unique`, resource gather | `unsorted_segment_sum` | gather, `update_rules`, scatter |
+| `OpsTable` | direct lookups; tables on a GPU or parameter servers; non-lazy Adam; `Options(fused_kernels=False)` | `tf.unique` beside a resource gather (each id's row in training, each distinct row otherwise) | `scatter_nd` | gather, `update_rules`, scatter |
 
 A table whose rows are laid out as on a SparseCore (`TPUEmbeddingV2`'s,
 `tfemb.sparsecore.stacked`) gives its path a `Remap`: ids are checked
@@ -71,7 +71,8 @@ class OpsBatch(NamedTuple):
   features: List[int]  # flat feature indices, parallel to positions
   unique_ids: tf.Tensor
   positions: List[tf.Tensor]  # per feature: each id's index in unique_ids
-  rows: tf.Tensor  # the rows of unique_ids, as gathered
+  rows: Optional[tf.Tensor]  # the rows of unique_ids, as gathered
+  id_rows: Optional[List[tf.Tensor]] = None  # or per feature: each id's row
 
 
 class FusedBatch(NamedTuple):
@@ -114,7 +115,20 @@ class _Path:
 
 
 class OpsTable(_Path):
-  """TensorFlow's ops; differentiable, so direct lookups use it too."""
+  """TensorFlow's ops; differentiable, so direct lookups use it too.
+
+  `each_id` (training steps of tables in one variable): each id's row is
+  gathered from the variable, in one gather beside the deduplication,
+  instead of each distinct row, then expanded to the ids (two ops in a
+  row); the same rows. Without it (direct lookups, whose gradient reaches
+  the distinct rows; tables over parameter servers, which send each
+  distinct row once), the distinct rows.
+  """
+
+  def __init__(self, table, variables: TableVariables,
+               remap: Optional[Remap] = None, each_id: bool = False):
+    super().__init__(table, variables, remap)
+    self.each_id = each_id
 
   def lookup(self, members: Sequence[Member]) -> Tuple[OpsBatch, List[Any]]:
     checks = []
@@ -132,18 +146,30 @@ class OpsTable(_Path):
     if self.remap is not None:
       all_ids = self.remap.rows_of(all_ids)
     unique_ids, idx = tf.unique(all_ids, out_idx=tf.int64)
+    features = [m.index for m in members]
+    if self.each_id:
+      id_rows = _split(gather_rows(self.variables["parameters"], all_ids),
+                       members)
+      return OpsBatch(features, unique_ids, _split(idx, members), None,
+                      id_rows), checks
     rows = gather_rows(self.variables["parameters"], unique_ids)
-    return OpsBatch([m.index for m in members], unique_ids,
-                    _split(idx, members), rows), checks
+    return OpsBatch(features, unique_ids, _split(idx, members),
+                    rows), checks
 
   def feature_rows(self, batch: OpsBatch) -> List[tf.Tensor]:
+    if batch.id_rows is not None:
+      return [self._quantized(rows) for rows in batch.id_rows]
     rows = self._quantized(batch.rows)
     return [tf.gather(rows, pos) for pos in batch.positions]
 
   def row_gradients(self, batch: OpsBatch, entry_grads, raising):
-    grads = tf.math.unsorted_segment_sum(
-        concat(entry_grads), concat(batch.positions),
-        tf.size(batch.unique_ids, out_type=tf.int64))
+    # unsorted_segment_sum's bits (each distinct id's contributions added
+    # to zero in the order of the ids) in one pass over the ids; on a CPU,
+    # unsorted_segment_sum counts them, then scans them in every thread.
+    grads = tf.scatter_nd(
+        tf.expand_dims(concat(batch.positions), 1), concat(entry_grads),
+        tf.stack([tf.size(batch.unique_ids, out_type=tf.int64),
+                  self.table.dim]))
     return checked(self.table.name, grads, raising)
 
   def prepare(self, batch: OpsBatch, ids, grads, lr,
@@ -156,9 +182,9 @@ class OpsTable(_Path):
       return Pending(*on_servers)
     values = sparse_update.new_rows(self.table, self.variables, ids, grads,
                                     lr)
-    finite = tf.reduce_all([validation.all_finite(v) for v in values.values()])
-    return Pending(finite, lambda: sparse_update.write_rows(
-        self.table, self.variables, ids, values))
+    return Pending(all_finite(list(values.values())),
+                   lambda: sparse_update.write_rows(self.table, self.variables,
+                                                    ids, values))
 
 
 class FusedTable(_Path):
@@ -199,6 +225,14 @@ class FusedTable(_Path):
         sparse_update.new_rows(table, variables, ids, grads, lr)))
 
 
+def all_finite(values: Sequence[tf.Tensor]) -> tf.Tensor:
+  """True iff every element of every tensor is finite: as
+  `validation.all_finite`, one test for all of them (a sum of NaN or 0s)."""
+  if len(values) == 1:
+    return validation.all_finite(values[0])
+  return tf.math.is_finite(tf.add_n([tf.reduce_sum(v * 0.0) for v in values]))
+
+
 def checked(table_name: str, grads, raising: bool):
   """`(grads, finite)` as `row_gradients` returns them, for gradients
   computed with TensorFlow's ops (or summed across replicas)."""
@@ -216,4 +250,4 @@ def training_path(table, variables: TableVariables, partitioned: bool,
   if not partitioned and kernel_ops.usable(variables, table.optimizer,
                                            options):
     return FusedTable(table, variables, remap)
-  return OpsTable(table, variables, remap)
+  return OpsTable(table, variables, remap, each_id=not partitioned)
