@@ -263,7 +263,9 @@ def test_the_kernels_compile_for_aarch64(tmp_path):
   cxx = shutil.which("aarch64-linux-gnu-g++")
   if cxx is None:
     assert os.environ.get("CI") != "true", "CI installs the cross compiler"
-    pytest.skip("no aarch64-linux-gnu-g++ (Debian: g++-aarch64-linux-gnu)")
+    pytest.skip("this machine has no aarch64 cross compiler "
+                "(aarch64-linux-gnu-g++, Debian's g++-aarch64-linux-gnu, "
+                "which ci/install_cross_compiler.sh installs as root)")
   include = build.generated_include_dir()
   for source in build.SOURCES:
     out = tmp_path / (os.path.basename(source) + ".o")

@@ -24,6 +24,7 @@ from tensorflow.python.distribute import sharded_variable  # pylint: disable=g-d
 from tfemb import update_rules
 from tfemb import validation
 from tfemb.host import sparse_update
+from tfemb.host.variables import slot_names
 
 
 def shards(variables: Dict[str, object]) -> Optional[List[Dict[str, object]]]:
@@ -48,7 +49,7 @@ def prepare(table, variables, ids, grads, lr) -> Optional[
   or its optimizer updates every row (non-lazy Adam)."""
   per_shard = shards(variables)
   opt = sparse_update.optimizer_of(table)
-  if per_shard is None or not getattr(opt, "lazy_adam", True):
+  if per_shard is None or not sparse_update.is_lazy(opt):
     return None
   sizes = [int(s["parameters"].shape[0]) for s in per_shard]
   starts, ends, total = [], [], 0
@@ -95,8 +96,7 @@ def _new_rows(table, opt, shard, local, grads, positions, count, lr):
   does. Otherwise the shard's rows are computed at their places in a
   tensor of all the step's `count` rows (the others zero, then dropped),
   as they are in one process."""
-  del table
-  names = opt._slot_names()  # pylint: disable=protected-access
+  names = slot_names(table)
   whole = all(v.shape.rank == 2 and v.shape[1] % _LANES == 0
               for v in shard.values())
   if whole:

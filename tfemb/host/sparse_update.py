@@ -25,7 +25,9 @@ def optimizer_of(table):
   return table.optimizer
 
 
-def _lazy(opt) -> bool:
+def is_lazy(opt) -> bool:
+  """Whether the optimizer updates only the touched rows (all but
+  non-lazy Adam)."""
   return getattr(opt, "lazy_adam", True)
 
 
@@ -35,7 +37,7 @@ def new_rows(table, variables, ids, grads, lr) -> Dict[str, tf.Tensor]:
   row, with a zero gradient for the untouched ones)."""
   opt = optimizer_of(table)
   names = opt._slot_names()  # pylint: disable=protected-access
-  if _lazy(opt):
+  if is_lazy(opt):
     read = lambda v: gather_rows(v, ids)
   else:
     grads = tf.scatter_nd(ids[:, None], grads,
@@ -49,7 +51,7 @@ def new_rows(table, variables, ids, grads, lr) -> Dict[str, tf.Tensor]:
 
 def write_rows(table, variables, ids, values: Dict[str, tf.Tensor]) -> List:
   """Writes what `new_rows` computed; returns the writes."""
-  if _lazy(table.optimizer):
+  if is_lazy(table.optimizer):
     write = lambda v, x: v.scatter_update(tf.IndexedSlices(x, ids))
   else:
     write = lambda v, x: v.assign(x)

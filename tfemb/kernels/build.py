@@ -2,34 +2,24 @@
 
 Where the kernels come from, in order (`load`):
 
-1. The package's own builds (`tfemb.kernels.packaged`), compiled when tfemb
-   was installed (`tfemb.kernels.install`) for the TensorFlow installed then: used when that is the
-   TensorFlow imported now and the sources are the same, the best build
-   this CPU runs. No compiler is needed.
-2. A build in the kernel cache, compiled here on first use with the
-   machine's C++ compiler against the installed TensorFlow's headers
-   (`tf.sysconfig`): after a TensorFlow upgrade, in a source checkout, or
-   when `kernel_march` names a target. The cache directory is keyed by the
-   sources, the rule table generated from the optimizers' declarations
-   (`rule_table`), TensorFlow's version, the flags and what the compiler
-   makes of the target, so machines sharing a cache each get their own
-   build.
-3. None: the host engine uses TensorFlow's own ops (the same numbers,
-   slower), after one warning line that gives the cause and the remedy;
-   the compiler's whole output is in a log file the line names.
+1. The package's own build for this CPU (`tfemb.kernels.packaged`, made
+   at install by `tfemb.kernels.install`), if made for this TensorFlow and
+   these sources. No compiler is needed.
+2. A build compiled here on first use against the installed TensorFlow's
+   headers (after a TensorFlow upgrade, in a source checkout, or when
+   `kernel_march` names a target), in a cache keyed by the sources, the
+   rule table (`rule_table`), TensorFlow's version, the flags and what the
+   compiler makes of the target.
+3. None: TensorFlow's own ops (the same numbers, slower), after one
+   warning line with the cause and the remedy, the compiler's whole output
+   in a log file the line names.
 
-A compile that fails tries safer targets before giving up (`_safer`):
-without the instruction-set extension whose header broke it (GCC 12
-rejects the AVX512-FP16 code of the Eigen TensorFlow bundles), then the
-compiler's default target. The build records the flags it used beside the
-library (`<library>.json`); `python -m tfemb.kernels` shows them.
-
-Options (`tfemb.options`): `fused_kernels`, `kernel_march` ("auto": the
-package's build, else compiled for `native`; "": the compiler's default
-target; any other `-march` value: compiled for it), `kernel_cache` (None:
-`$XDG_CACHE_HOME/tfemb` or `~/.cache/tfemb`, or a per-user temporary
-directory where those cannot be written). Environment: `CXX` (the
-compiler, default `c++`).
+A compile that fails tries safer targets (`_safer`): without the
+instruction-set extension whose header broke it (GCC 12 rejects the
+AVX512-FP16 code of the Eigen TensorFlow bundles), then the compiler's
+default target. The flags used are recorded beside the library
+(`<library>.json`). Options: `tfemb.options` (`fused_kernels`,
+`kernel_march`, `kernel_cache`); environment: `CXX` (default `c++`).
 
 A process loads one build: the kernels' ops have fixed names, so the first
 `load()` that finds a library is the one every later call returns.
@@ -102,13 +92,9 @@ class KernelUnavailable(RuntimeError):
 def _usable_dir(path: str) -> bool:
   try:
     os.makedirs(path, exist_ok=True)
+    return os.access(path, os.W_OK)
   except OSError:
     return False
-  return os.access(path, os.W_OK)
-
-
-def _temporary_cache() -> str:
-  return os.path.join(tempfile.gettempdir(), f"tfemb-{os.getuid()}")
 
 
 def cache_dir(opts: Optional[options.Options] = None) -> str:
@@ -122,7 +108,7 @@ def cache_dir(opts: Optional[options.Options] = None) -> str:
     path = os.path.join(base, "tfemb")
   if _usable_dir(path):
     return path
-  return _temporary_cache()
+  return os.path.join(tempfile.gettempdir(), f"tfemb-{os.getuid()}")
 
 
 def compiler() -> str:
@@ -336,22 +322,21 @@ def library_path(opts: Optional[options.Options] = None) -> str:
 def build(opts: Optional[options.Options] = None) -> str:
   """Compiles the kernels unless they are in the cache; returns the path."""
   opts = options.get() if opts is None else opts
-  path = library_path(opts)
   try:
     generated = generated_include_dir(opts)
   except OSError as e:
     raise KernelUnavailable(
         f"the kernel cache {cache_dir(opts)} cannot be written ({e})",
         "Set TFEMB_KERNEL_CACHE to a writable directory.") from e
-  return compile_library(path, SOURCES, [generated], opts.kernel_march)
+  return compile_library(library_path(opts), SOURCES, [generated],
+                         opts.kernel_march)
 
 
 @dataclasses.dataclass(frozen=True)
 class Loaded:
-  """The build this process loaded, or why none: `module` (the ops, or
-  None), `path`, `origin` ("package" or "cache"), `flags` it was compiled
-  with and the `attempts` that failed before (their flags and first error
-  line), or `error` (a `KernelUnavailable`)."""
+  """The build this process loaded: `module` (its ops), `path`, `origin`
+  ("package" or "cache"), its `flags` and the `attempts` that failed
+  first (flags, first error line); or why none: `error`."""
   module: Optional[object] = None
   path: Optional[str] = None
   origin: Optional[str] = None

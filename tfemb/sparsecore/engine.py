@@ -38,6 +38,7 @@ from tfemb.sparsecore import custom
 from tfemb.sparsecore import enforce
 from tfemb.sparsecore import feeding as v2_feeding
 from tfemb.sparsecore import layout as layout_lib
+from tfemb.sparsecore.preserved import Preserved
 from tfemb.sparsecore import stacked as stacked_lib
 from tfemb.sparsecore import stacked_variables
 from tfemb.sparsecore import stats
@@ -45,13 +46,6 @@ from tfemb.tpu import delegate
 
 _no_autograph = tf.autograph.experimental.do_not_convert
 _DEFAULT_SC_PER_CHIP = 4  # TensorFlow's, when the hardware does not say
-
-
-class Preserved(dict):
-  """What `embedding_lookup` hands to `apply_gradients`: keyed by stacked
-  table name (as TensorFlow's partitioned tensors), each value the distinct
-  rows the batch looks up, per table of the stack (rows of the table's own
-  variable)."""
 
 
 @delegate.shows_init_arguments
@@ -78,7 +72,7 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
   def __new__(cls, *args, **kwargs):
     if (args or kwargs) and delegate.is_tpu_strategy(
         tf.distribute.get_strategy()):
-      return _tpu_engine(*args, **kwargs)
+      return delegate.make_tpu_embedding_v2(*args, **kwargs)
     return super().__new__(cls)
 
   def __init__(self,
@@ -284,12 +278,10 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     lookups = [by_feature[i] for i in feature_ids]
     batch = step.gather(self._stacked, self._train_paths, feature_ids,
                         lookups)
-    preserved = Preserved()
-    preserved.owner, preserved.kept = self, kept
+    preserved = Preserved(self, kept, batch)
     for t, (_, table_batch) in batch.tables.items():
       preserved.setdefault(self._stacked.tables[t].stacked_table_name,
                            []).append(table_batch.unique_ids)
-    preserved.batch = batch
     return preserved
 
   @_no_autograph
@@ -298,7 +290,7 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     if not isinstance(partitioned_tensors, Preserved):
       raise ValueError("Expect the output of enqueue but get "
                        f"{type(partitioned_tensors)}.")
-    self._check_owner(partitioned_tensors, "partitioned_tensors")
+    partitioned_tensors.check_owner(self, "partitioned_tensors")
     batch = partitioned_tensors.batch
     n = len(self._config.features)
     static = [tf.TensorShape(None) if i in self._custom else shape
@@ -315,22 +307,9 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
                                partitioned_tensors.kept[i], rows[i],
                                self._combiner_weights(table)),
           self._output_shapes[i].concatenate([table.dim]))
-    preserved = Preserved(partitioned_tensors)
-    preserved.owner = partitioned_tensors.owner
-    preserved.batch, preserved.kept = batch, partitioned_tensors.kept
-    preserved.rows = rows
-    preserved.applied = []
+    preserved = Preserved(partitioned_tensors.owner, partitioned_tensors.kept,
+                          batch, partitioned_tensors, rows, applied=[])
     return nest.pack_sequence_as(self._config.structure, flat), preserved
-
-  def _check_owner(self, preserved: Preserved, name: str) -> None:
-    """Refuses a batch looked up by another object: its rows are of that
-    object's tables."""
-    if preserved.owner is not self:
-      raise ValueError(
-          f"{name} come from another TPUEmbeddingV2 object (tables "
-          f"{sorted(preserved.owner.embedding_layouts)}); expected the "
-          "output of this object's enqueue or embedding lookup (tables "
-          f"{sorted(self.embedding_layouts)}).")
 
   @_no_autograph
   def apply_gradients(self, gradients: Any, preserved_outputs: Preserved):
@@ -341,11 +320,11 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
           "apply_gradients called on unbuilt TPUEmbeddingV2 object. Please"
           " either call the embedding lookup method first or manually call the"
           " build method.")
-    if not isinstance(preserved_outputs, Preserved) or not hasattr(
-        preserved_outputs, "applied"):
+    if (not isinstance(preserved_outputs, Preserved) or
+        preserved_outputs.applied is None):
       raise ValueError("preserved_outputs must be the second output of the "
                        "embedding lookup (or dequeue) of this batch.")
-    self._check_owner(preserved_outputs, "preserved_outputs")
+    preserved_outputs.check_owner(self, "preserved_outputs")
     if preserved_outputs.applied:
       raise RuntimeError("apply_gradients was already called for this batch.")
     flat = step.check_gradients(self._config, self._output_shapes, gradients)
@@ -415,11 +394,3 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     "skip")."""
     return self._policy.skipped_steps
 
-
-def _tpu_engine(feature_config, optimizer=None,
-                pipeline_execution_with_tensor_core=False,
-                sparse_core_embedding_config=None):
-  """TensorFlow's own `TPUEmbeddingV2`, from converted configs."""
-  return delegate.make_tpu_embedding_v2(
-      feature_config, optimizer, pipeline_execution_with_tensor_core,
-      sparse_core_embedding_config)

@@ -114,7 +114,7 @@ def make_tpu_embedding(feature_config: Any,
 
 
 def make_tpu_embedding_v2(feature_config: Any,
-                          optimizer: Optional[Any],
+                          optimizer: Optional[Any] = None,
                           pipeline_execution_with_tensor_core: bool = False,
                           sparse_core_embedding_config: Optional[Any] = None):
   """TensorFlow's `TPUEmbeddingV2`, given each argument only where the
