@@ -224,8 +224,14 @@ def dataset(work: workload_lib.Workload, id_stride: int = 1):
       work.batch, drop_remainder=True).repeat()
 
 
-def build_model(stack: str, work: workload_lib.Workload):
-  """(model, embedding layer or None), compiled; under the current scope."""
+def build_model(stack: str, work: workload_lib.Workload, restore: str = ""):
+  """(model, embedding layer or None), compiled; under the current scope.
+
+  With `restore`, tfemb's tables are restored from that checkpoint (of a
+  `tf.train.Checkpoint(model=...)`) as they are created: TensorFlow's
+  deferred restoration reads one variable at a time, where a restore into
+  variables that exist reads all of a parameter server's shards in one op
+  and holds them beside the variables (twice the shards)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from benchmarks import train_step  # pylint: disable=g-import-not-at-top
   keras = tf.keras
@@ -237,6 +243,10 @@ def build_model(stack: str, work: workload_lib.Workload):
     from benchmarks.stacks import tfemb_common  # pylint: disable=g-import-not-at-top
     layer = tfemb.layers.TPUEmbedding(
         tfemb_common.feature_config(work), tfemb_common.optimizer(work))
+    if restore:
+      # The layer's place in the functional model's checkpoint.
+      tf.train.Checkpoint(model=tf.train.Checkpoint(
+          **{"layer_with_weights-0": layer})).restore(restore).expect_partial()
     activations = layer(inputs)
   else:
     activations = {n: keras.layers.Embedding(vocab, work.dim,
@@ -330,7 +340,7 @@ def train(args):
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     data = dataset(work, args.id_stride)
   with strategy.scope():
-    model, layer = build_model(args.stack, work)
+    model, layer = build_model(args.stack, work, args.restore)
   checkpoint = manager = None
   initial_epoch = 0
   if args.checkpoint_dir:
@@ -340,7 +350,8 @@ def train(args):
       checkpoint.restore(manager.latest_checkpoint)
       initial_epoch = int(manager.latest_checkpoint.rsplit("-", 1)[1])
   if args.restore:
-    tf.train.Checkpoint(model=model).restore(args.restore).expect_partial()
+    if layer is None:
+      tf.train.Checkpoint(model=model).restore(args.restore).expect_partial()
     np.savez(os.path.join(args.save, "restored.npz"), **values(layer, model))
   meter = make_meter(args) if args.pids_file else None
   callbacks = [meter] if meter else []
@@ -365,13 +376,15 @@ def train(args):
 
 
 def single(args):
-  """No cluster: restores `--restore` into one process and saves its
-  tables to `--save`/single.npz."""
+  """No cluster: restores `--restore` into one process, saves its tables
+  to `--save`/single.npz and writes them back as `--save`/single-ckpt."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   model, layer = build_model(args.stack, workload_of(args))
   tf.train.Checkpoint(model=model).restore(args.restore).expect_partial()
   np.savez(os.path.join(args.save, "single.npz"), **values(layer, model))
+  tf.train.Checkpoint(model=model).write(
+      os.path.join(args.save, "single-ckpt"))
   print(json.dumps({"restored": args.restore}), flush=True)
 
 
