@@ -79,6 +79,20 @@ class PartialTPUEmbedding(tf.keras.layers.Layer):
           tpu_features, optimizer, pipeline_execution_with_tensor_core,
           batch_size)
 
+  def build(self, input_shape=None):
+    """Builds the Keras `Embedding` layers and the `TPUEmbedding` layer from
+    the input shapes by feature name (Keras 3 calls this when it loads a
+    saved model, before the weights are set)."""
+    shapes = input_shape if isinstance(input_shape, dict) else {}
+    for name, layer in self._keras_embedding_layers.items():
+      if not layer.built:
+        layer.build(shapes.get(name))
+    if self._tpu_embedding is not None and not self._tpu_embedding.built:
+      self._tpu_embedding.build(
+          {k: v for k, v in shapes.items()
+           if k not in self._keras_embedding_layers} or None)
+    super().build(input_shape)
+
   def call(self, inputs: Dict[str, Any]) -> Dict[str, tf.Tensor]:
     output = {}
     for name, value in inputs.items():
