@@ -195,6 +195,31 @@ def test_tfemb_run_gives_a_script_its_absolute_file(tmp_path, capsys,
   assert sys.path[0] == str(tmp_path) and not patching._ACTIVE
 
 
+def test_an_uncaught_error_is_printed_as_python_prints_it(tmp_path):
+  """The traceback, status and directory on `sys.path` of `python
+  script.py`: no frame of tfemb.run's, and the working directory is not
+  on the path (a module beside the caller does not shadow one beside the
+  script)."""
+  (tmp_path / "code").mkdir()
+  (tmp_path / "code" / "helper.py").write_text("WHERE = 'script dir'\n")
+  (tmp_path / "helper.py").write_text("WHERE = 'working dir'\n")
+  (tmp_path / "code" / "fails.py").write_text(
+      "import helper\n"
+      "print(helper.WHERE)\n"
+      "def step():\n"
+      "  raise ValueError('feature `f`: bad ids')\n"
+      "step()\n")
+  python = subprocess.run([sys.executable, "code/fails.py"], cwd=tmp_path,
+                          capture_output=True, text=True, check=False,
+                          env=dict(os.environ, PYTHONPATH=""))
+  assert python.returncode == 1 and python.stdout == "script dir\n"
+  done = run("code/fails.py", cwd=tmp_path)
+  assert (done.returncode, done.stdout) == (1, "script dir\n"), done.stderr
+  traceback = done.stderr[done.stderr.index("Traceback"):]
+  assert traceback == python.stderr
+  assert "tfemb" not in traceback
+
+
 def test_python_m_tfemb_run_runs_a_script_and_a_module(tmp_path):
   script = tmp_path / "train_on_tpu.py"
   script.write_text(SCRIPT + "print(__file__)\n")

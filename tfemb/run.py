@@ -2,9 +2,11 @@
 runs a TPU program unchanged off the TPU, under `tfemb.patch()`
 (`tfemb.patching`), as `python script.py ARGS...` (or `python -m ...`)
 runs it: `sys.argv` is `[script.py, ARGS...]`, the script's `__file__` is
-its absolute path and its directory is first on `sys.path`; a script that
-cannot be opened, or a module that cannot be found, is Python's one line on
-stderr and its exit status (2, 1).
+its absolute path and its directory is `sys.path[0]` (in place of the
+working directory `-m` put there); a script that cannot be opened, or a
+module that cannot be found, is Python's one line on stderr and its exit
+status (2, 1); an exception the program does not catch is printed as
+Python prints it, without this launcher's frames, and exits 1.
 """
 
 import importlib.machinery
@@ -100,7 +102,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
       sys.argv = argv
       path = os.path.abspath(argv[0])
-      sys.path.insert(0, os.path.dirname(path))
+      sys.path[0] = os.path.dirname(path)
       if code is None:  # a directory with a __main__ module
         runpy.run_path(path, run_name="__main__")
       else:
@@ -108,5 +110,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   return 0
 
 
+def _without_launcher(tb: Optional[types.TracebackType]):
+  """`tb` without the entries of this module's and runpy's frames, which
+  `python script.py` would not show."""
+  skip = {os.path.abspath(__file__), os.path.abspath(runpy.__file__)}
+  kept = []
+  while tb is not None:
+    if os.path.abspath(tb.tb_frame.f_code.co_filename) not in skip:
+      kept.append(tb)
+    tb = tb.tb_next
+  for entry, after in zip(kept, kept[1:] + [None]):
+    entry.tb_next = after
+  return kept[0] if kept else None
+
+
 if __name__ == "__main__":
-  sys.exit(main())
+  try:
+    sys.exit(main())
+  except Exception as error:  # pylint: disable=broad-except
+    # The hook prints the exception's own traceback when it has one.
+    trimmed = _without_launcher(error.__traceback__)
+    sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
+    sys.exit(1)
