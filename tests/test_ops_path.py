@@ -6,6 +6,7 @@ import tensorflow as tf
 
 import tfemb
 from tfemb import inputs
+from tfemb.host import paths
 from tfemb.host import tables
 
 
@@ -38,10 +39,10 @@ def test_each_id_rows_are_the_distinct_rows_expanded():
   table = tfemb.TableConfig(20, 4, name="t")
   values = tf.Variable(np.arange(80, dtype=np.float32).reshape(20, 4))
   ids = [tf.constant([3, 7, 3, 19], tf.int64), tf.constant([7, 0], tf.int64)]
-  members = [tables.Member(i, f"f{i}", tfemb.FeatureConfig(table),
-                           inputs.Lookup(ids=x, segments=None, scales=None,
-                                         num_segments=None, output_shape=None,
-                                         static_shape=None))
+  members = [paths.Member(i, f"f{i}", tfemb.FeatureConfig(table),
+                          inputs.Lookup(ids=x, segments=None, scales=None,
+                                        num_segments=None, output_shape=None,
+                                        static_shape=None))
              for i, x in enumerate(ids)]
   rows = {}
   for each_id in (False, True):
