@@ -2,10 +2,14 @@
 (docs/performance.md, 'The TensorFlow-ops path')."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import tfemb
 from tfemb import inputs
+from tfemb import resolution
+from tfemb.host import paths
+from tfemb.host import step
 from tfemb.host import tables
 
 
@@ -38,10 +42,10 @@ def test_each_id_rows_are_the_distinct_rows_expanded():
   table = tfemb.TableConfig(20, 4, name="t")
   values = tf.Variable(np.arange(80, dtype=np.float32).reshape(20, 4))
   ids = [tf.constant([3, 7, 3, 19], tf.int64), tf.constant([7, 0], tf.int64)]
-  members = [tables.Member(i, f"f{i}", tfemb.FeatureConfig(table),
-                           inputs.Lookup(ids=x, segments=None, scales=None,
-                                         num_segments=None, output_shape=None,
-                                         static_shape=None))
+  members = [paths.Member(i, f"f{i}", tfemb.FeatureConfig(table),
+                          inputs.Lookup(ids=x, segments=None, scales=None,
+                                        num_segments=None, output_shape=None,
+                                        static_shape=None))
              for i, x in enumerate(ids)]
   rows = {}
   for each_id in (False, True):
@@ -51,3 +55,29 @@ def test_each_id_rows_are_the_distinct_rows_expanded():
   for a, b, x in zip(rows[False], rows[True], ids):
     np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(b, values.numpy()[x.numpy()])
+
+
+class _LooksLikeAPath:
+  """The four methods, without declaring `paths.TablePath`."""
+
+  def __init__(self, table):
+    self.table = table
+
+  def lookup(self, members):
+    raise AssertionError("never called")
+
+  feature_rows = row_gradients = prepare = lookup
+
+
+def test_a_step_takes_only_declared_table_paths():
+  table = tfemb.TableConfig(20, 4, name="t")
+  config = resolution.resolve({"f": tfemb.FeatureConfig(table)},
+                              tfemb.SGD(0.1))
+  lookup = inputs.Lookup(ids=tf.constant([1, 2], tf.int64), segments=None,
+                         scales=None, num_segments=None, output_shape=None,
+                         static_shape=None)
+  values = {"parameters": tf.Variable(tf.ones([20, 4]))}
+  assert isinstance(tables.OpsTable(config.tables[0], values),
+                    paths.TablePath)
+  with pytest.raises(TypeError, match="'t': its path is a _LooksLikeAPath"):
+    step.gather(config, [_LooksLikeAPath(config.tables[0])], [0], [lookup])

@@ -21,6 +21,7 @@ from tensorflow.python.tpu import tpu_embedding_v2_utils  # pylint: disable=g-di
 
 import tfemb
 from tfemb.tpu import cli
+from tfemb.tpu import command_line
 from tfemb.tpu import report
 from tpu_stand_in import EmbeddingFeature
 from tpu_stand_in import StandInTPUStrategy
@@ -357,21 +358,25 @@ def test_cli_with_a_function_and_proto_out(tmp_path, capsys):
   written = text_format.Parse(
       proto_out.read_text(),
       tpu_embedding_configuration_pb2.TPUEmbeddingConfiguration())
-  assert written == tfemb.tpu.plan(*cli.load(f"{tmp_path}/my_config.py:model"),
-                                   4, 8, num_hosts=2).proto
+  assert written == tfemb.tpu.plan(
+      *command_line.configuration(
+          "MODULE:ATTR", f"{tmp_path}/my_config.py:model"),
+      4, 8, num_hosts=2).proto
   assert [t.name for t in written.table_descriptor] == ["items", "users"]
 
 
 def test_cli_loads_a_pair_or_a_feature_config(tmp_path):
   module = tmp_path / "pair_config.py"
   module.write_text(_CONFIG_MODULE)
-  feature_config, optimizer = cli.load(f"{module}:model")
+  feature_config, optimizer = command_line.configuration("MODULE:ATTR",
+                                                         f"{module}:model")
   assert isinstance(optimizer, tfemb.Adam)
   assert sorted(feature_config) == ["item", "user"]
-  feature_config, optimizer = cli.load(f"{module}:FEATURES")
+  feature_config, optimizer = command_line.configuration(
+      "MODULE:ATTR", f"{module}:FEATURES")
   assert optimizer is None and list(feature_config) == ["item"]
   with pytest.raises(ValueError, match="expected MODULE:ATTR"):
-    cli.load("no_colon")
+    command_line.configuration("MODULE:ATTR", "no_colon")
 
 
 @pytest.mark.parametrize("argv, line", [

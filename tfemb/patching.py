@@ -28,7 +28,14 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
+from tfemb.mid_level import TPUEmbedding
+from tfemb.sparsecore.engine import TPUEmbeddingV2
 from tfemb.tpu.tensorflow_classes import TENSORFLOW_ENGINES
+from tfemb.v0 import TPUEmbeddingV0
+
+# tfemb's engine for each of TensorFlow's (`TENSORFLOW_ENGINES`).
+_ENGINES = {"TPUEmbedding": TPUEmbedding, "TPUEmbeddingV2": TPUEmbeddingV2,
+            "TPUEmbeddingV0": TPUEmbeddingV0}
 
 _LOCK = threading.Lock()
 _ACTIVE: List["Patch"] = []  # patches not undone, outermost first
@@ -37,11 +44,9 @@ _CHANGED: List[Tuple[Any, str, Any]] = []  # (module, name, original)
 
 def _replacements() -> Dict[int, Tuple[Any, Any]]:
   """{id(original): (original, replacement)} for what is installed here."""
-  # pylint: disable=g-import-not-at-top
-  import tfemb
-  import tfemb.layers
-  # pylint: enable=g-import-not-at-top
-  pairs = [(TENSORFLOW_ENGINES[name], getattr(tfemb, name))
+  # The Keras layer on first use: `import tfemb` does not load Keras.
+  import tfemb.layers  # pylint: disable=g-import-not-at-top
+  pairs = [(TENSORFLOW_ENGINES[name], _ENGINES[name])
            for name in TENSORFLOW_ENGINES]
   layer = _tfrs_layer()
   if layer is not None:

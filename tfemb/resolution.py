@@ -138,7 +138,10 @@ def dynamic_learning_rates(tables: List[Any]) -> List[Callable[[], Any]]:
   return _learning_rates(tables, callable)
 
 
-def counting_learning_rates(tables: List[Any]) -> List[Any]:
+def counting_learning_rates(
+    tables: List[Any]) -> List[optimizers.CountingLearningRate]:
   """The learning rates of `tables` that count training steps themselves
-  (`advance()` after each update: Keras-translated schedules), once each."""
-  return _learning_rates(tables, lambda rate: hasattr(rate, "advance"))
+  (`optimizers.CountingLearningRate`: `advance()` after each update; the
+  Keras layer's translated rates), once each."""
+  return _learning_rates(
+      tables, lambda rate: isinstance(rate, optimizers.CountingLearningRate))

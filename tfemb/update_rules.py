@@ -201,11 +201,11 @@ def checked_rate(rate, what: str, positive: bool = False
   return lr, checks
 
 
-def apply(opt, w, g, slots: Slots, lr) -> Tuple[tf.Tensor, Slots]:
-  """Runs the whole pipeline: clip g, rule, decay, clip w."""
-  # The declarations name this module's rules: imported here, not above.
-  from tfemb import optimizers  # pylint: disable=g-import-not-at-top
+def apply(rule: Rule, opt, w, g, slots: Slots,
+          lr) -> Tuple[tf.Tensor, Slots]:
+  """Runs the whole pipeline around `rule`, the optimizer's
+  (`tfemb.optimizers.identify(opt).rule`): clip g, rule, decay, clip w."""
   g = clip_gradient(opt, g)
-  new_w, new_slots = optimizers.identify(opt).rule(opt, w, g, slots, lr)
+  new_w, new_slots = rule(opt, w, g, slots, lr)
   new_w = decay_weights(opt, new_w, w, lr)
   return clip_weights(opt, new_w), new_slots

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import tfemb
 import tfemb.layers
+from tfemb import resolution
 
 keras = tf.keras
 LEGACY = os.environ.get("TF_USE_LEGACY_KERAS", "0").lower() in ("1", "true")
@@ -131,6 +132,22 @@ def test_adam_learning_rate_folds_in_bias_correction():
   t = np.arange(1, 4)
   np.testing.assert_allclose(
       values, 0.1 * np.sqrt(1 - 0.99 ** t) / (1 - 0.9 ** t), rtol=1e-5)
+
+
+def test_only_declared_counting_rates_are_advanced():
+  translated = tfemb.layers.KerasLearningRate(0.1)
+
+  class Duck:  # an `advance` method, but no CountingLearningRate
+    def __call__(self):
+      return 0.1
+
+    def advance(self):
+      raise AssertionError("never advanced")
+
+  tables = [tfemb.TableConfig(4, 2, optimizer=tfemb.SGD(rate))
+            for rate in (translated, Duck(), translated, 0.1)]
+  assert isinstance(translated, tfemb.optimizers.CountingLearningRate)
+  assert resolution.counting_learning_rates(tables) == [translated]
 
 
 def test_schedule_advances_once_per_training_step():

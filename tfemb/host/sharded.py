@@ -21,6 +21,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import tensorflow as tf
 from tensorflow.python.distribute import sharded_variable  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import optimizers
 from tfemb import update_rules
 from tfemb import validation
 from tfemb.host import sparse_update
@@ -106,8 +107,8 @@ def _new_rows(table, opt, shard, local, grads, positions, count, lr):
         positions[:, None], x, tf.concat([[count], tf.shape(x)[1:]], 0))
   read = lambda v: spread(tf.gather(v, local))
   new_w, new_slots = update_rules.apply(
-      opt, read(shard["parameters"]), spread(grads),
-      {n: read(shard[n]) for n in names}, lr)
+      optimizers.identify(opt).rule, opt, read(shard["parameters"]),
+      spread(grads), {n: read(shard[n]) for n in names}, lr)
   values = dict(new_slots, parameters=new_w)
   if whole:
     return values

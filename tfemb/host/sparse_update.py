@@ -12,6 +12,7 @@ from typing import Dict, List
 
 import tensorflow as tf
 
+from tfemb import optimizers
 from tfemb import update_rules
 from tfemb.host.variables import gather_rows
 
@@ -44,8 +45,8 @@ def new_rows(table, variables, ids, grads, lr) -> Dict[str, tf.Tensor]:
                           [table.vocabulary_size, table.dim])
     read = lambda v: v.read_value()
   new_w, new_slots = update_rules.apply(
-      opt, read(variables["parameters"]), grads,
-      {n: read(variables[n]) for n in names}, lr)
+      optimizers.identify(opt).rule, opt, read(variables["parameters"]),
+      grads, {n: read(variables[n]) for n in names}, lr)
   return dict(new_slots, parameters=new_w)
 
 

@@ -10,12 +10,13 @@ table and slot as it was (docs/numerics.md, "Errors").
 
 import contextlib
 import traceback
-from typing import Any, Callable, Dict, List, NamedTuple, Sequence
+from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 from absl import logging
 import tensorflow as tf
 
 from tfemb import inputs
+from tfemb import optimizers
 from tfemb import replicas
 from tfemb import resolution
 from tfemb import update_rules
@@ -23,13 +24,16 @@ from tfemb import validation
 from tfemb.host import feeding
 from tfemb.host import sparse_update
 from tfemb.host import tables as table_paths
+from tfemb.host.paths import Member
+from tfemb.host.paths import Pending
+from tfemb.host.paths import TablePath
 
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
 
 class Batch(NamedTuple):
   lookups: Dict[int, inputs.Lookup]  # by flat feature index
-  tables: Dict[int, Any]  # by table index: (path, the path's batch)
+  tables: Dict[int, Tuple[TablePath, Any]]  # by table index: (path, batch)
   checks: List[Any]  # every input check; updates wait for them
 
 
@@ -38,18 +42,22 @@ class Update(NamedTuple):
   all or nothing with theirs."""
   name: str  # the table named in its errors
   checks: List[Any]  # what every write of the step waits for
-  prepare: Callable[[], table_paths.Pending]  # called under the step's lock
+  prepare: Callable[[], Pending]  # called under the step's lock
 
 
-def gather(config: resolution.Resolved, paths: Sequence[Any],
+def gather(config: resolution.Resolved, paths: Sequence[TablePath],
            feature_ids: Sequence[int], lookups) -> Batch:
   """Each table's lookup on its path (`paths`, by table index)."""
-  members: Dict[int, List[table_paths.Member]] = {}
+  members: Dict[int, List[Member]] = {}
   for i, lookup in zip(feature_ids, lookups):
     members.setdefault(config.table_index[i], []).append(
-        table_paths.Member(i, config.paths[i], config.features[i], lookup))
+        Member(i, config.paths[i], config.features[i], lookup))
   tables, checks = {}, []
   for t, table_members in members.items():
+    if not isinstance(paths[t], TablePath):
+      raise TypeError(f"Table {config.tables[t].name!r}: its path is a "
+                      f"{type(paths[t]).__name__}, not a "
+                      "tfemb.host.paths.TablePath.")
     table_batch, table_checks = paths[t].lookup(table_members)
     tables[t] = (paths[t], table_batch)
     checks += table_checks
@@ -189,7 +197,8 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
         stack_rates[stack] = lr
     rates.append(stack_rates.get(stack, lr))
   checks += [c for u in more for c in u.checks]
-  counting = resolution.counting_learning_rates(config.tables)
+  counting: List[optimizers.CountingLearningRate] = (
+      resolution.counting_learning_rates(config.tables))
 
   def update():
     with tf.control_dependencies(checks):

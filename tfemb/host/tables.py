@@ -13,33 +13,20 @@ A table whose rows are laid out as on a SparseCore (`TPUEmbeddingV2`'s,
 against the table's own vocabulary and looked up at their rows of its
 variable (inside the fused kernel, or with TensorFlow's ops).
 
-A path's methods, in step order:
-
-* `lookup(members) -> (batch, checks)`: the table's distinct ids, where each
-  id of each member feature sits among them, and the rows; `checks` are the
-  input checks every update of the step must wait for;
-* `feature_rows(batch)`: each member feature's rows, one per id (simulated
-  quantization applied);
-* `row_gradients(batch, entry_grads, raising) -> (grads, finite)`: the
-  gradient summed per distinct id. With `raising`, `grads` carries the
-  non-finite check (an error naming the table) and `finite` is True;
-  otherwise `finite` says whether every value is finite;
-* `prepare(batch, ids, grads, lr, global_batch) -> Pending`: the table's
-  optimizer on rows `ids` with learning rate `lr` (`global_batch`: the ids
-  are the global batch's, not this batch's), computed from the rows as
-  they are now (under the step's lock, `step.NonFinitePolicy.serialized`):
-  whether the new rows and slots are finite, and the function that writes
-  them (`tfemb.sparsecore.custom` too, for a `CustomOptimizer`).
+Both derive from `tfemb.host.paths.TablePath`, the interface a step runs
+every table through (`lookup`, `feature_rows`, `row_gradients`, `prepare`).
 """
 
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from tfemb import inputs
 from tfemb import validation
 from tfemb.host import sharded
 from tfemb.host import sparse_update
+from tfemb.host.paths import Member
+from tfemb.host.paths import Pending
+from tfemb.host.paths import TablePath
 from tfemb.host.variables import gather_rows
 from tfemb.host.variables import TableVariables
 from tfemb.kernels import ops as kernel_ops
@@ -51,20 +38,6 @@ class Remap(NamedTuple):
   vocabulary_size: int  # the table's own; ids are checked against it
   kernel_attr: Tuple[int, ...]  # TfembDedupGather's `stacked`
   rows_of: Callable[[tf.Tensor], tf.Tensor]  # ids -> rows (TF ops)
-
-
-class Pending(NamedTuple):
-  """A table's update, computed but not written."""
-  finite: tf.Tensor  # every new value of the table and its slots is finite
-  write: Callable[[], Any]  # writes it
-
-
-class Member(NamedTuple):
-  """One feature of a table in a batch."""
-  index: int  # the feature's flat index
-  path: str
-  feature: Any  # its FeatureConfig
-  lookup: inputs.Lookup
 
 
 class OpsBatch(NamedTuple):
@@ -100,7 +73,7 @@ def quantize(rows, config):
   return tf.floor((rows - lower) / quantum + 0.5) * quantum + lower
 
 
-class _Path:
+class _Path(TablePath):
   """What both paths share: the table, its variables, the quantization."""
 
   def __init__(self, table, variables: TableVariables,

@@ -31,8 +31,9 @@ _SUPPORTED = ("SGD", "Adagrad", "Adam", "Ftrl")
 _ADAGRAD_EPSILON_TOLERANCE = 1e-6
 
 
-class KerasLearningRate:
-  """A dynamic learning rate that follows a Keras optimizer's.
+class KerasLearningRate(optimizers.CountingLearningRate):
+  """A dynamic learning rate that follows a Keras optimizer's, counting
+  the steps the embedding tables train (`advance`).
 
   Args:
     base: a float, a zero-argument callable, or a Keras

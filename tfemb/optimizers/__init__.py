@@ -13,8 +13,7 @@ optimizer object. TensorFlow's `CustomOptimizer` (the SparseCore's per-row
 computation; `is_custom`) has no declaration: only `TPUEmbeddingV2` runs it.
 """
 
-import functools
-from typing import Any, Dict
+from typing import Any
 
 from tfemb.optimizers.parameters import FTRL
 from tfemb.optimizers.parameters import SGD
@@ -22,49 +21,19 @@ from tfemb.optimizers.parameters import Adagrad
 from tfemb.optimizers.parameters import AdagradMomentum
 from tfemb.optimizers.parameters import Adam
 from tfemb.optimizers.parameters import ClipValueType
+from tfemb.optimizers.parameters import CountingLearningRate
 from tfemb.optimizers.parameters import LearningRate
 from tfemb.optimizers.parameters import _Optimizer
 from tfemb.optimizers.declarations import DECLARATIONS
 from tfemb.optimizers.declarations import Declaration
+from tfemb.optimizers.declarations import identify
+from tfemb.optimizers.declarations import is_optimizer
 from tfemb import sparsecore_configs
 from tfemb.sparsecore_configs import CustomOptimizer
 
 # What `from tfemb.optimizers import *` (and so `tfemb`) exports: every
 # declared optimizer's class.
 __all__ = [declaration.name for declaration in DECLARATIONS]
-
-
-@functools.lru_cache(maxsize=None)
-def _by_class() -> Dict[type, Declaration]:
-  by_class = {}
-  for declaration in DECLARATIONS:
-    by_class[declaration.cls] = declaration
-    by_class[declaration.tf_class] = declaration
-  return by_class
-
-
-def identify(optimizer: Any) -> Declaration:
-  """The declaration of `optimizer`, an instance of one of tfemb's optimizer
-  classes or of TensorFlow's (`tf.tpu.experimental.embedding`), or of a
-  subclass of one.
-
-  Raises:
-    ValueError: for any other object, naming the supported classes.
-  """
-  for cls in type(optimizer).__mro__:
-    declaration = _by_class().get(cls)
-    if declaration is not None:
-      return declaration
-  names = ", ".join(d.name for d in DECLARATIONS)
-  raise ValueError(
-      f"{type(optimizer)} is an unsupported optimizer class. Please pass an "
-      "instance of one of the optimizer classes under tfemb or "
-      f"tf.tpu.experimental.embedding: {names}.")
-
-
-def is_optimizer(optimizer: Any) -> bool:
-  """Whether `identify(optimizer)` knows it."""
-  return any(cls in _by_class() for cls in type(optimizer).__mro__)
 
 
 def is_custom(optimizer: Any) -> bool:

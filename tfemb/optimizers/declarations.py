@@ -1,9 +1,13 @@
 """One declaration per optimizer: all that tfemb needs to know about it.
 
-What adding an optimizer takes is listed in `tfemb.update_rules`.
+`identify(optimizer)` finds the declaration of a tfemb or TensorFlow
+optimizer object. Each declaration is also given to its class
+(`parameters.declare`), whose slots and arguments it names. What adding an
+optimizer takes is listed in `tfemb.update_rules`.
 """
 
 import dataclasses
+import functools
 import inspect
 from typing import Any, Callable, Dict, Mapping, Tuple, Union
 
@@ -40,6 +44,9 @@ class Declaration:
   kernel_constants: Callable[[Any], Dict[str, float]]
   proto_message: str
   proto_fields: Mapping[str, ProtoField]
+
+  def __post_init__(self):
+    parameters.declare(self.cls, self)
 
   @property
   def tf_class(self) -> type:
@@ -89,3 +96,36 @@ DECLARATIONS: Tuple[Declaration, ...] = (
                           "multiply_linear_by_learning_rate",
                       "allow_zero_accumulator": "allow_zero_accumulator"}),
 )
+
+
+@functools.lru_cache(maxsize=None)
+def _by_class() -> Dict[type, Declaration]:
+  by_class = {}
+  for declaration in DECLARATIONS:
+    by_class[declaration.cls] = declaration
+    by_class[declaration.tf_class] = declaration
+  return by_class
+
+
+def identify(optimizer: Any) -> Declaration:
+  """The declaration of `optimizer`, an instance of one of tfemb's optimizer
+  classes or of TensorFlow's (`tf.tpu.experimental.embedding`), or of a
+  subclass of one.
+
+  Raises:
+    ValueError: for any other object, naming the supported classes.
+  """
+  for cls in type(optimizer).__mro__:
+    declaration = _by_class().get(cls)
+    if declaration is not None:
+      return declaration
+  names = ", ".join(d.name for d in DECLARATIONS)
+  raise ValueError(
+      f"{type(optimizer)} is an unsupported optimizer class. Please pass an "
+      "instance of one of the optimizer classes under tfemb or "
+      f"tf.tpu.experimental.embedding: {names}.")
+
+
+def is_optimizer(optimizer: Any) -> bool:
+  """Whether `identify(optimizer)` knows it."""
+  return any(cls in _by_class() for cls in type(optimizer).__mro__)

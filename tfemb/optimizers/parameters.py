@@ -3,17 +3,56 @@
 `SGD`, `Adagrad`, `AdagradMomentum`, `Adam` and `FTRL` take the arguments
 of `tf.tpu.experimental.embedding.SGD` and friends (TensorFlow 2.21), with
 the same defaults, validation and error types. They know nothing about
-devices; what each one means is its declaration (`tfemb.optimizers`).
+devices; what each one means is its declaration
+(`tfemb.optimizers.declarations`, which imports this module and gives each
+class its declaration with `declare`).
+
+A learning rate is a float or a callable of no arguments, read at every
+step; a `CountingLearningRate` also counts the steps itself.
 """
 
-from typing import Any, Callable, Optional, Tuple, Union
+import abc
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import tensorflow as tf
 
-from tfemb import optimizers
-
 ClipValueType = Union[Tuple[Optional[float], Optional[float]], float]
 LearningRate = Union[float, Callable[[], float]]
+
+
+class CountingLearningRate(abc.ABC):
+  """A callable learning rate that counts training steps itself (the Keras
+  layer's translation of a Keras optimizer's rate). The engines find them
+  (`resolution.counting_learning_rates`) and call `advance()` after each
+  update of the tables."""
+
+  @abc.abstractmethod
+  def __call__(self) -> Any:
+    """The rate of this step."""
+
+  @abc.abstractmethod
+  def advance(self) -> None:
+    """One training step done."""
+
+
+# Each class's declaration, by class (`declare`). Importing this module
+# imports its package first, whose `__init__` imports `declarations`: every
+# class has its declaration before it can be constructed.
+_DECLARED: Dict[type, Any] = {}
+
+
+def declare(cls: type, declaration: Any) -> None:
+  """Gives `cls` its `declarations.Declaration` (its slots, its
+  arguments)."""
+  _DECLARED[cls] = declaration
+
+
+def _declaration(optimizer) -> Any:
+  for cls in type(optimizer).__mro__:
+    if cls in _DECLARED:
+      return _DECLARED[cls]
+  raise ValueError(f"{type(optimizer)} has no declaration "
+                   "(tfemb.optimizers.declarations).")
 
 
 def _constant(value=0.0):
@@ -63,7 +102,7 @@ class _Optimizer:
 
   # Slots, in the form TensorFlow's `_create_slots` expects.
   def _slot_names(self):
-    return list(optimizers.identify(self).slots)
+    return list(_declaration(self).slots)
 
   def _slot_initializers(self):
     return [_constant() for _ in self._slot_names()]
@@ -76,7 +115,7 @@ class _Optimizer:
 
   def _constructor_args(self):
     args = {}
-    for name in optimizers.identify(self).arguments:
+    for name in _declaration(self).arguments:
       args[name] = self.clipvalue if name == "clipvalue" else getattr(
           self, name)
     return args

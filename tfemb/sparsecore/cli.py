@@ -23,7 +23,6 @@ from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-i
 from tfemb import resolution
 from tfemb.sparsecore import stats
 from tfemb.sparsecore_configs import SparseCoreEmbeddingConfig
-from tfemb.tpu import cli as plan_cli
 from tfemb.tpu import command_line
 
 
@@ -103,7 +102,8 @@ def _batches(batches, config_structure, count: int) -> Iterator[Any]:
 
 def _config(args):
   """The feature config, optimizer and SparseCore config, checked."""
-  feature_config, optimizer = plan_cli.load(args.config, "--config")
+  feature_config, optimizer = command_line.configuration("--config",
+                                                         args.config)
   try:
     resolution.resolve(feature_config, optimizer)
   except (ValueError, TypeError) as e:

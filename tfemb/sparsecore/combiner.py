@@ -19,7 +19,7 @@ from tfemb import inputs
 from tfemb import update_rules
 from tfemb import validation
 from tfemb.host import step
-from tfemb.host import tables as table_paths
+from tfemb.host.paths import Pending
 from tfemb import sparsecore_configs
 
 SLOT = "custom_combiner_variables"
@@ -151,7 +151,6 @@ def weights_update(table, weights: tf.Variable, grad) -> step.Update:
 
   def prepare():
     new = weights.read_value() - lr * grad
-    return table_paths.Pending(validation.all_finite(new),
-                               lambda: weights.assign(new))
+    return Pending(validation.all_finite(new), lambda: weights.assign(new))
 
   return step.Update(table.name, checks, prepare)

@@ -20,6 +20,7 @@ from tfemb import optimizers
 from tfemb import validation
 from tfemb.host import step
 from tfemb.host import tables as table_paths
+from tfemb.host.paths import Pending
 from tfemb.host.variables import gather_rows
 
 
@@ -72,14 +73,15 @@ class CustomTable(table_paths.OpsTable):
   them (a 1-D slot: one value per row), the step's checked learning rate
   and the hyperparameters (callables are called once per step).
 
-  As every path's `prepare`, it computes under the step's lock from the
-  rows as they are now and writes nothing: the step writes the new rows
-  and slots once every table's are computed and finite. In a graph, the
-  check of their values waits for every op of the computation, so that a
-  failing assert in it stops the step before any write."""
+  A `tfemb.host.paths.TablePath`: `OpsTable`'s lookup and row gradients,
+  and its own `prepare`. As every path's `prepare`, it computes under the
+  step's lock from the rows as they are now and writes nothing: the step
+  writes the new rows and slots once every table's are computed and
+  finite. In a graph, the check of their values waits for every op of the
+  computation, so that a failing assert in it stops the step before any
+  write."""
 
-  def prepare(self, batch, ids, grads, lr,
-              global_batch: bool) -> table_paths.Pending:
+  def prepare(self, batch, ids, grads, lr, global_batch: bool) -> Pending:
     del batch, global_batch  # the rows are read again, under the lock
     names = self.table.optimizer._slot_names()  # pylint: disable=protected-access
     computed = []
@@ -95,7 +97,7 @@ class CustomTable(table_paths.OpsTable):
       self.variables["parameters"].scatter_update(
           tf.IndexedSlices(computed[0], ids))
 
-    return table_paths.Pending(finite, write)
+    return Pending(finite, write)
 
   def _compute(self, names, ids, grads, lr) -> List[tf.Tensor]:
     """The new rows and slots of rows `ids`, checked against the rows'."""

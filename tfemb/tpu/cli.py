@@ -12,25 +12,14 @@ traceback).
 
 import re
 import sys
-from typing import Any, Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
 from google.protobuf import text_format
 
-from tfemb import optimizers
 from tfemb.tpu import command_line
 from tfemb.tpu import planning
 
 _TARGET = "MODULE:ATTR"
-
-
-def load(target: str, argument: str = _TARGET) -> Tuple[Any, Optional[Any]]:
-  """`(feature_config, optimizer)` from `MODULE:ATTR`; bad input raises a
-  `command_line.UsageError` naming `argument`."""
-  obj = command_line.attribute(argument, target)
-  if (isinstance(obj, tuple) and len(obj) == 2 and
-      (obj[1] is None or optimizers.is_optimizer(obj[1]))):
-    return obj
-  return obj, None
 
 
 def _parser() -> command_line.Parser:
@@ -73,7 +62,8 @@ def _error(e: Exception) -> command_line.UsageError:
 def _plan(args) -> int:
   if args.proto_out:
     command_line.check_writable("--proto-out", args.proto_out)
-  feature_config, optimizer = load(args.target)
+  feature_config, optimizer = command_line.configuration(_TARGET,
+                                                         args.target)
   try:
     result = planning.plan(
         feature_config, optimizer, args.num_replicas,

@@ -1,5 +1,6 @@
-"""What the commands of `python -m tfemb.tpu` share: loading `MODULE:ATTR`,
-checking arguments and output files, and bad input as one line.
+"""What the commands of `python -m tfemb.tpu` share: loading `MODULE:ATTR`
+(a configuration: `configuration`), checking arguments and output files,
+and bad input as one line.
 
 Bad input (an argument, a module, an object of the wrong kind, data, an
 output file) ends in one or two lines on stderr, `PROG: error: ARGUMENT:
@@ -14,7 +15,9 @@ import importlib
 import importlib.util
 import os
 import sys
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
+
+from tfemb import optimizers
 
 DEBUG_HINT = "(--debug shows the traceback)"
 
@@ -115,6 +118,18 @@ def attribute(argument: str, text: str) -> Any:
     except Exception as e:  # pylint: disable=broad-except
       raise _user_code_error(argument, f"calling {text}", e) from e
   return obj
+
+
+def configuration(argument: str, text: str) -> Tuple[Any, Optional[Any]]:
+  """`(feature_config, optimizer)` from `MODULE:ATTR` (`attribute`), which
+  names a feature config or a pair `(feature_config, optimizer)`; the
+  optimizer is None when it names a feature config. Bad input raises a
+  `UsageError` naming `argument`."""
+  obj = attribute(argument, text)
+  if (isinstance(obj, tuple) and len(obj) == 2 and
+      (obj[1] is None or optimizers.is_optimizer(obj[1]))):
+    return obj
+  return obj, None
 
 
 def check_writable(argument: str, path: str) -> None:

@@ -1,0 +1,69 @@
+"""A table's path: the interface a step (`tfemb.host.step`) runs every
+table through.
+
+The host engine's paths (`tfemb.host.tables`: `FusedTable`, `OpsTable`)
+and those built on them above the host engine (`TPUEmbeddingV2`'s
+`CustomTable` for a `CustomOptimizer`, the serving lookup's path in
+`tfemb.export`) derive from `TablePath`; the step takes nothing else.
+"""
+
+import abc
+from typing import Any, Callable, List, NamedTuple, Sequence, Tuple
+
+import tensorflow as tf
+
+from tfemb import inputs
+
+
+class Member(NamedTuple):
+  """One feature of a table in a batch."""
+  index: int  # the feature's flat index
+  path: str
+  feature: Any  # its FeatureConfig
+  lookup: inputs.Lookup
+
+
+class Pending(NamedTuple):
+  """A table's update, computed but not written."""
+  finite: tf.Tensor  # every new value of the table and its slots is finite
+  write: Callable[[], Any]  # writes it
+
+
+class TablePath(abc.ABC):
+  """One table's share of a step, on the path chosen for the table once.
+
+  `table` is the table's (resolved) `TableConfig`. A path's batch (what
+  `lookup` returns) has `features`, the member features' flat indices, and
+  `unique_ids`, the table's distinct ids (or rows) in the batch; the rest
+  is the path's own.
+  """
+
+  table: Any
+
+  @abc.abstractmethod
+  def lookup(self, members: Sequence[Member]) -> Tuple[Any, List[Any]]:
+    """`(batch, checks)`: the table's distinct ids, where each id of each
+    member feature sits among them, and the rows; `checks` are the input
+    checks every update of the step must wait for."""
+
+  @abc.abstractmethod
+  def feature_rows(self, batch) -> List[tf.Tensor]:
+    """Each member feature's rows, one per id (simulated quantization
+    applied)."""
+
+  @abc.abstractmethod
+  def row_gradients(self, batch, entry_grads: Sequence[tf.Tensor],
+                    raising: bool) -> Tuple[tf.Tensor, tf.Tensor]:
+    """`(grads, finite)`: the gradient summed per distinct id. With
+    `raising`, `grads` carries the non-finite check (an error naming the
+    table) and `finite` is True; otherwise `finite` says whether every
+    value is finite."""
+
+  @abc.abstractmethod
+  def prepare(self, batch, ids: tf.Tensor, grads: tf.Tensor, lr: tf.Tensor,
+              global_batch: bool) -> Pending:
+    """The table's optimizer on rows `ids` with learning rate `lr`
+    (`global_batch`: the ids are the global batch's, not this batch's),
+    computed from the rows as they are now (under the step's lock,
+    `step.NonFinitePolicy.serialized`): whether the new rows and slots are
+    finite, and the function that writes them. Writes nothing."""
