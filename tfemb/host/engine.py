@@ -31,9 +31,9 @@ from tfemb import inputs
 from tfemb import interleaved_tables
 from tfemb import optimizers
 from tfemb import options as options_lib
-from tfemb import replicas
 from tfemb import resolution
 from tfemb import shapes
+from tfemb.host import core
 from tfemb.host import feeding
 from tfemb.host import protocol
 from tfemb.host import step
@@ -43,7 +43,8 @@ from tfemb.host import variables as variables_lib
 _no_autograph = tf.autograph.experimental.do_not_convert
 
 
-class HostEmbedding(autotrackable.AutoTrackable):
+class HostEmbedding(core.NonFiniteControls,
+                    autotrackable.AutoTrackable):
   """`tf.tpu.experimental.embedding.TPUEmbedding`, computed on the host.
 
   Args:
@@ -124,18 +125,11 @@ class HostEmbedding(autotrackable.AutoTrackable):
     shapes.check_fully_defined(self._config.paths, self._output_shapes,
                                known_rank_only=True)
 
-    @_no_autograph  # merge_call would convert it: plain Python, run once
     def create(*unused_strategy):
       with variables_lib.unreadable_restore_dropped(self):
         self._variables = self._store.create(self)
 
-    if replicas.in_replica_context_of(self._strategy):
-      # A model built in its first step (tf_keras' fit of an unbuilt
-      # subclassed model, Keras 3's fit of a distributed dataset): every
-      # replica waits while the tables are created once, across replicas.
-      tf.distribute.get_replica_context().merge_call(create)
-    else:
-      create()
+    core.build_once(create)
     tables = self._config.tables
     self._lookup_paths = data_structures.NoDependency([
         table_paths.OpsTable(t, self._variables[t.name]) for t in tables])
@@ -327,24 +321,3 @@ class HostEmbedding(autotrackable.AutoTrackable):
       applied.append(True)  # a refused step wrote nothing: not used up
 
     return nest.pack_sequence_as(config.structure, flat), backward
-
-  @property
-  def non_finite_gradients(self) -> str:
-    """What a step with a NaN or Inf embedding gradient, or whose update
-    would make a table or slot NaN or Inf, does.
-
-    "raise" (default): an InvalidArgumentError naming the table, and no
-    table or slot changes. "skip": no table or slot changes, the step is
-    counted in `skipped_steps`, and training goes on.
-    """
-    return self._policy.mode
-
-  @non_finite_gradients.setter
-  def non_finite_gradients(self, policy: str):
-    self._policy.mode = policy
-
-  @property
-  def skipped_steps(self) -> int:
-    """Steps skipped for non-finite gradients or updates (policy
-    "skip")."""
-    return self._policy.skipped_steps

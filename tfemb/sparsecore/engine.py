@@ -30,6 +30,7 @@ from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-i
 from tfemb import options as options_lib
 from tfemb import resolution
 from tfemb import validation
+from tfemb.host import core
 from tfemb.host import feeding
 from tfemb.host import step
 from tfemb.host import variables as variables_lib
@@ -49,7 +50,8 @@ _DEFAULT_SC_PER_CHIP = 4  # TensorFlow's, when the hardware does not say
 
 
 @delegate.shows_init_arguments
-class TPUEmbeddingV2(autotrackable.AutoTrackable):
+class TPUEmbeddingV2(core.NonFiniteControls,
+                     autotrackable.AutoTrackable):
   """`tf.tpu.experimental.embedding.TPUEmbeddingV2`, computed on the host.
 
   Args:
@@ -126,7 +128,6 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     if self._built:
       return
 
-    @_no_autograph
     def create(*unused_strategy):
       with variables_lib.unreadable_restore_dropped(self):
         stacked, tables = stacked_variables.create(
@@ -156,14 +157,7 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
           for t, user in zip(self._stacked.tables, self._config.tables)])
       self._built = True
 
-    # Inside strategy.run (the first lookup in a step), once for every
-    # replica: each waits while the tables are created across replicas.
-    if tf.distribute.has_strategy() and not (
-        tf.distribute.in_cross_replica_context()):
-      tf.distribute.get_replica_context().merge_call(create)
-    else:
-      with tf.init_scope():
-        create()
+    core.build_once(create)
 
   def _named(self, i: int) -> str:
     """Feature `i` and its table, as an error names them."""
@@ -378,19 +372,3 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
     """Ids dropped so far under `allow_id_dropping`, per stacked table
     (all replicas; empty without a `SparseCoreEmbeddingConfig`)."""
     return {} if self._id_limits is None else self._id_limits.dropped_ids
-
-  @property
-  def non_finite_gradients(self) -> str:
-    """"raise" (default) or "skip": see `tfemb.TPUEmbedding`'s."""
-    return self._policy.mode
-
-  @non_finite_gradients.setter
-  def non_finite_gradients(self, policy: str):
-    self._policy.mode = policy
-
-  @property
-  def skipped_steps(self) -> int:
-    """Steps skipped for non-finite gradients or updates (policy
-    "skip")."""
-    return self._policy.skipped_steps
-
