@@ -287,7 +287,7 @@ class ColumnView(tf.Variable, core.Tensor):
   def _trackable_children(self, save_type=trackable.SaveType.CHECKPOINT,
                           **kwargs):
     del save_type, kwargs
-    return {}  # the storage is its table's owner's child (`tfemb.serving.savedmodel`)
+    return {}  # its storage: its owner's child (`tfemb.serving.savedmodel`)
 
   def _deserialization_dependencies(self, children):
     del children

@@ -207,8 +207,10 @@ class TPUEmbeddingV2(autotrackable.AutoTrackable):
   def own_tables(self) -> Dict[str, Any]:
     """`{user table name: (its own variables, where its ids sit in them)}`."""
     self._maybe_build()
-    return {t.name: (dict(self._tables[t.name]), stacked_lib.remap(
-        self._stacking, t.name, t.vocabulary_size)) for t in self._config.tables}
+    return {t.name: (dict(self._tables[t.name]),
+                     stacked_lib.remap(self._stacking, t.name,
+                                       t.vocabulary_size))
+            for t in self._config.tables}
 
   @property
   def embedding_layouts(self) -> Dict[str, Any]:
