@@ -32,6 +32,7 @@ def test_the_hook_point_of_this_keras():
   the parameters the hook expects, and tfemb's wrappers are installed."""
   cls = keras_export.archive_class()
   assert keras_export.installed(cls), cls.__mro__
+  assert keras_export.install()  # again: nothing changes
   for name, expected in SIGNATURES.items():
     method = getattr(cls, name)
     wrapped = inspect.unwrap(method)

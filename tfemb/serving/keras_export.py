@@ -6,7 +6,7 @@ TensorFlow's save context). What it does call are the methods of its
 `ExportArchive`: `model.export(path)` is `archive.track(model)`,
 `archive.add_endpoint("serve", model.__call__, input_signature)` and
 `archive.write_out(path)`, and every trace of an endpoint happens inside
-`add_endpoint` (older Keras releases) or `write_out` (Keras 3.15, tf_keras).
+one of the last two (Keras 3.15 and tf_keras trace in `write_out`).
 
 `install()` wraps those two methods of the archive class of the Keras in
 use (`tf.keras`: Keras 3, or tf_keras with `TF_USE_LEGACY_KERAS=1`): while
@@ -14,8 +14,8 @@ either runs, the archive's inference export (`tfemb.serving.export.Export`,
 one per archive, so every trace of it reads the same tables) is the
 current export, and the layer's lookups traced then read the inference
 tables. `tfemb.layers` installs the hook when it is imported; installing
-twice changes nothing. The wrappers pass every argument through and
-return what Keras returns.
+twice changes nothing; a Keras without these methods gets a warning. The
+wrappers pass every argument through and return what Keras returns.
 
 This covers `model.export`, tf_keras' `model.export`, and an
 `ExportArchive` filled by hand (`track`, `add_endpoint(name, fn,
@@ -28,6 +28,7 @@ installed Keras and serves an export without tfemb.
 """
 
 import functools
+import warnings
 import weakref
 
 import tensorflow as tf
@@ -71,11 +72,23 @@ def installed(cls: type) -> bool:
              for name in HOOKED_METHODS)
 
 
-def install() -> None:
+def install() -> bool:
   """Wraps `add_endpoint` and `write_out` of the archive class of
-  `tf.keras` (once)."""
-  cls = archive_class()
+  `tf.keras` (once). Where this Keras lacks them, warns (training and
+  `export_for_serving` still work) and returns False."""
+  try:
+    cls = archive_class()
+  except AttributeError:  # no `tf.keras.export`
+    cls = None
+  if cls is None or not all(callable(getattr(cls, name, None))
+                            for name in HOOKED_METHODS):
+    warnings.warn(
+        "tfemb cannot recognise model.export with this Keras (its "
+        "ExportArchive has no add_endpoint and write_out): export models "
+        "with tfemb.layers.TPUEmbedding by tfemb.export_for_serving.")
+    return False
   for name in HOOKED_METHODS:
     method = getattr(cls, name)
     if not getattr(method, _HOOKED, False):
       setattr(cls, name, _hooked(method))
+  return True
