@@ -36,6 +36,15 @@ def ranking_model(output_shape=None, **layer_kwargs):
   return model, layer
 
 
+def trained_ranking_model():
+  """`(model, layer)` of `ranking_model()`, fit for two epochs."""
+  model, layer = ranking_model()
+  x, y = ranking_data(256, 0)
+  # Equal batches: Keras traces the step with a static batch size of 64.
+  model.fit(x, y, batch_size=64, epochs=2, verbose=0)
+  return model, layer
+
+
 def ranking_data(n, seed):
   rng = np.random.default_rng(seed)
   x = {"user": rng.integers(0, USERS[0], size=n),

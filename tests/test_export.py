@@ -16,13 +16,12 @@ from served import assert_each_table_once
 from served import ITEMS
 from served import only
 from served import ranking_data as data
-from served import ranking_model as build_model
 from served import ranking_predictions
 from served import serve_without_tfemb
+from served import trained_ranking_model as trained_model
 from served import USERS
 from served import variable_bytes
 import tfemb
-import tfemb.export
 import tfemb.layers
 
 keras = tf.keras
@@ -35,14 +34,6 @@ def expected(model, layer, x, dtype=np.float32):
   tables = {t.name: np.asarray(v.numpy()).astype(dtype).astype(np.float32)
             for t, v in layer.embedding_tables.items()}
   return ranking_predictions(model, tables, x)
-
-
-def trained_model():
-  model, layer = build_model()
-  x, y = data(256, 0)
-  # Equal batches: Keras traces the step with a static batch size of 64.
-  model.fit(x, y, batch_size=64, epochs=2, verbose=0)
-  return model, layer
 
 
 def state(layer):
@@ -304,17 +295,6 @@ def test_unbuilt_model_exports_its_initial_tables_given_a_signature(
   got = loaded.serve({"f": tf.constant([3, 0, 3], tf.int64)})
   np.testing.assert_array_equal(
       got.numpy(), layer.embedding_tables[table].numpy()[[3, 0, 3]])
-
-
-def test_the_export_archive_of_this_keras_is_recognized():
-  """Keras calls no hook of a layer when it exports: tfemb recognizes
-  `model.export` by the `ExportArchive` among its callers (by the public
-  methods of `keras.export.ExportArchive`, whose class Keras 3 swaps for a
-  backend's). If Keras changes those, this fails, and `model.export` would
-  write the training storage instead of the inference tables."""
-  archive = keras.export.ExportArchive()
-  assert tfemb.export.is_export_archive(archive), type(archive).__mro__
-  assert not tfemb.export.is_export_archive(keras.Model())
 
 
 def test_an_export_archive_written_by_hand_holds_each_table_once(tmp_path):

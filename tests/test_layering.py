@@ -129,3 +129,20 @@ def test_compat_wraps_engines_instead_of_subclassing_them():
         bases = [ast.unparse(b) for b in node.bases]
         assert not any("TPUEmbedding" in b or "HostEmbedding" in b or
                        "mid_level" in b for b in bases), (module, node.name)
+
+
+def test_the_engines_reach_serving_only_through_savedmodel():
+  """Serving is one package; the engines add to a SavedModel's object
+  graph through `tfemb.serving.savedmodel` and use nothing else of it."""
+  engines = _modules_under("tfemb.host") + _modules_under("tfemb.sparsecore")
+  assert engines
+  for module in engines:
+    serving = {n for n in direct_imports(module)
+               if _under(n, ("tfemb.serving",))}
+    assert serving <= {"tfemb.serving.savedmodel"}, (module, serving)
+  assert not [n for n in all_imports("tfemb.serving.savedmodel")
+              if n.startswith("tfemb")]
+  keras_users = [m for m in _modules_under("tfemb.serving")
+                 if "tf.keras" in MODULES[m].read_text() or
+                 _violations([m], KERAS)]
+  assert keras_users == ["tfemb.serving.keras_export"], keras_users

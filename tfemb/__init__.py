@@ -15,7 +15,7 @@ from tfemb.patching import patch
 from tfemb.patching import unpatch
 from tfemb.serving import TPUEmbeddingForServing
 from tfemb.serving import serving_embedding_lookup
-from tfemb.export import export_for_serving
+from tfemb.serving import export_for_serving
 # TensorFlow's own classes: CustomCombiner, CustomOptimizer,
 # RowIdInitializer, SparseCoreEmbeddingConfig.
 from tfemb.sparsecore_configs import *  # pylint: disable=wildcard-import

@@ -287,7 +287,7 @@ class ColumnView(tf.Variable, core.Tensor):
   def _trackable_children(self, save_type=trackable.SaveType.CHECKPOINT,
                           **kwargs):
     del save_type, kwargs
-    return {}  # the storage is its table's owner's child (savedmodel_children)
+    return {}  # its storage: its owner's child (`tfemb.serving.savedmodel`)
 
   def _deserialization_dependencies(self, children):
     del children
@@ -311,13 +311,13 @@ class ColumnView(tf.Variable, core.Tensor):
 
   def _serialize_to_tensors(self):
     """The value, read when a save writes it (a restore only asks what is
-    saved): see `_saved_value`."""
+    saved): see `saved_value`."""
     spec = saveable_object.SaveSpec(
-        self._saved_value, "", trackable.VARIABLE_VALUE_KEY, dtype=self.dtype,
+        self.saved_value, "", trackable.VARIABLE_VALUE_KEY, dtype=self.dtype,
         device=self._storage.device)
     return {trackable.VARIABLE_VALUE_KEY: spec}
 
-  def _saved_value(self) -> tf.Tensor:
+  def saved_value(self) -> tf.Tensor:
     """Eagerly, a slice of the storage split into its parts: its rows move
     out for the save and come back when the save's tensors are gone, so
     saving needs no second copy of the table (`kernel_ops.split_columns`).

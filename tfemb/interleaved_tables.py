@@ -51,14 +51,3 @@ def wanted(table, partitioned: bool,
           not tf.config.list_logical_devices("GPU") and
           kernel_build.load(opts) is not None)
 
-
-def savedmodel_children(variables) -> dict:
-  """The storages under `variables` ({table: {name: variable}}), by a name
-  for their owner's children in a SavedModel (checkpoints do not hold
-  them: the views save their columns)."""
-  children = {}
-  for table, slots in variables.items():
-    storage = getattr(slots.get("parameters"), "interleaved_storage", None)
-    if storage is not None:
-      children[f"_interleaved/{table}"] = storage
-  return children

@@ -28,7 +28,6 @@ from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-i
 
 from tfemb import heap
 from tfemb import inputs
-from tfemb import interleaved_tables
 from tfemb import optimizers
 from tfemb import options as options_lib
 from tfemb import resolution
@@ -39,6 +38,7 @@ from tfemb.host import protocol
 from tfemb.host import step
 from tfemb.host import tables as table_paths
 from tfemb.host import variables as variables_lib
+from tfemb.serving import savedmodel
 
 _no_autograph = tf.autograph.experimental.do_not_convert
 
@@ -145,6 +145,16 @@ class HostEmbedding(core.NonFiniteControls,
       with tf.init_scope():
         self.build()
 
+  @property
+  def built(self) -> bool:
+    return self._built
+
+  @property
+  def resolved_config(self) -> resolution.Resolved:
+    """The configuration as resolved once (`tfemb.resolution`): features
+    and paths in `tf.nest` order, tables named, with their optimizers."""
+    return self._config
+
   def _fix_shapes(self, incoming):
     self._output_shapes = shapes.fix(self._config.paths, self._output_shapes,
                                      incoming)
@@ -207,7 +217,7 @@ class HostEmbedding(core.NonFiniteControls,
                           **kwargs):
     children = super()._trackable_children(save_type, **kwargs)
     if save_type == trackable.SaveType.SAVEDMODEL and self._built:
-      children.update(interleaved_tables.savedmodel_children(self._variables))
+      children = savedmodel.children(children, self._variables)
     return children
 
   def _checkpoint_adapter(self, path: str):

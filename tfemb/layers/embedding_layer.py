@@ -35,6 +35,7 @@ from tfemb.layers import engines
 from tfemb.layers import keras_optimizers
 from tfemb.layers import keras_versions
 from tfemb.layers import serialization
+from tfemb.serving import keras_export
 from tfemb.tpu import delegate
 
 _DUMMY_NAME = "tpu_embedding_helper_dummy"
@@ -42,6 +43,9 @@ _KERAS_3 = keras_versions.keras_3()
 _OPTIMIZERS_BY_NAME = {
     "sgd": "SGD", "adagrad": "Adagrad", "adam": "Adam", "ftrl": "FTRL"
 }
+# Keras' `model.export` (its `ExportArchive`) writes the inference tables:
+# the one hook by which tfemb recognises it (`tfemb.serving.keras_export`).
+keras_export.install()
 
 
 def _placeholders_as_ids(features):

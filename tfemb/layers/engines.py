@@ -38,11 +38,11 @@ import tensorflow as tf
 from tensorflow.python.saved_model import save_context  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
-from tfemb import export
 from tfemb import mid_level
 from tfemb import resolution
 from tfemb.sparsecore import engine as sparsecore_engine
 from tfemb import tf_conversion
+from tfemb.serving import export
 from tfemb.tpu import delegate
 
 EmbeddingFeature = delegate.EmbeddingFeature
@@ -127,9 +127,8 @@ class HostEngine:
       self.engine.build(per_replica_batch_size=batch_size)
 
   def lookup(self, features, weights, dummy, training):
-    served = export.serving_activations(self.engine, features, weights)
-    if served is not None:  # traced for a SavedModel: no training engine
-      return served
+    if export.saving():  # traced for a SavedModel: no training engine
+      return export.serving_activations(self.engine, features, weights)
     # As tfrs' layer off the TPU: any batch size. Only `batch_size` or a
     # FeatureConfig's `output_shape` fix the activation shapes, never a
     # call (a fit with one batch size, then a predict with another).
@@ -373,9 +372,8 @@ class HostEngineV2(TPUEngineV2):
     self._learning_rates = []  # the host's update steps them itself
 
   def lookup(self, features, weights, dummy, training):
-    served = export.serving_activations(self.engine, features, weights)
-    if served is not None:  # traced for a SavedModel: no training engine
-      return served
+    if export.saving():  # traced for a SavedModel: no training engine
+      return export.serving_activations(self.engine, features, weights)
     # Looked up outside the trap (tf.custom_gradient refuses a function
     # that reads variables), as the first generation's host adapter does.
     activations, preserved = self.engine(features, weights)

@@ -34,6 +34,7 @@ from tfemb.host import core
 from tfemb.host import feeding
 from tfemb.host import step
 from tfemb.host import variables as variables_lib
+from tfemb.serving import savedmodel
 from tfemb.sparsecore import combiner as combiner_lib
 from tfemb.sparsecore import custom
 from tfemb.sparsecore import enforce
@@ -189,6 +190,23 @@ class TPUEmbeddingV2(core.NonFiniteControls,
     return {name: dict(v) for name, v in self._variables.items()}
 
   @property
+  def built(self) -> bool:
+    return self._built
+
+  @property
+  def resolved_config(self) -> resolution.Resolved:
+    """The user's tables and features, resolved (`tfemb.resolution`)."""
+    return self._config
+
+  def own_tables(self) -> Dict[str, Any]:
+    """`{user table name: (its own variables, where its ids sit in them)}`."""
+    self._maybe_build()
+    return {t.name: (dict(self._tables[t.name]),
+                     stacked_lib.remap(self._stacking, t.name,
+                                       t.vocabulary_size))
+            for t in self._config.tables}
+
+  @property
   def embedding_layouts(self) -> Dict[str, Any]:
     """Per table, its `SparseCoreTableLayout` (TensorFlow's)."""
     return self._stacking.embedding_layouts()
@@ -210,10 +228,9 @@ class TPUEmbeddingV2(core.NonFiniteControls,
                           **kwargs):
     children = super()._trackable_children(save_type, **kwargs)
     if save_type == trackable.SaveType.SAVEDMODEL and self._built:
-      # A SavedModel holds the variables its functions read: the tables'
-      # own (or the storage their interleaved views read), not the stacked
-      # views of them.
-      children = stacked_variables.savedmodel_children(children, self._tables)
+      # What its functions read: the tables' own, not the stacked views.
+      children = savedmodel.children(children, self._tables,
+                                     stacked=self._variables)
     return children
 
   def _lookup_dependency(self, name, cached_dependencies=None):

@@ -31,7 +31,6 @@ from tensorflow.python.training.saving import saveable_object  # pylint: disable
 
 from tfemb import column_view
 from tfemb import initialization
-from tfemb import interleaved_tables
 from tfemb import replicas
 from tfemb.host import variables as variables_lib
 from tfemb.sparsecore import stacked as stacked_lib
@@ -154,8 +153,8 @@ class StackedVariable(trackable.Trackable):
   def _saved_values(self) -> List[tf.Tensor]:
     """Each table's value as a save writes it: eagerly, a table whose
     slots sit beside its parameters is split for the save
-    (`ColumnView._saved_value`), any other read once."""
-    return [t._saved_value() if hasattr(t, "_saved_value")  # pylint: disable=protected-access
+    (`ColumnView.saved_value`), any other read once."""
+    return [t.saved_value() if hasattr(t, "saved_value")
             else tf.convert_to_tensor(t) for t in self._tables]
 
   def _restore(self, blocks: Sequence[tf.Tensor]):
@@ -305,21 +304,6 @@ def _track(owner, name: str, view: StackedVariable) -> StackedVariable:
   return owner._add_variable_with_custom_getter(  # pylint: disable=protected-access
       name=name, shape=view.shape, dtype=view.dtype, getter=getter,
       initializer=None, overwrite=True)
-
-
-def savedmodel_children(children: Dict[str, Any],
-                        tables: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
-  """An engine's `children` in a SavedModel: the variables its functions
-  read, its tables' own (`tables`; the storage of interleaved ones), in
-  place of the stacked variables over them."""
-  children = {name: child for name, child in children.items()
-              if not isinstance(child, StackedVariable)}
-  for table, variables in tables.items():
-    for slot, variable in variables.items():
-      if not hasattr(variable, "interleaved_storage"):
-        children[f"_tables/{table}/{slot}"] = variable
-  children.update(interleaved_tables.savedmodel_children(tables))
-  return children
 
 
 class TablesHolder(autotrackable.AutoTrackable):

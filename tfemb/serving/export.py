@@ -9,7 +9,7 @@ writes the same artifact. Either way:
 * every table is one `[vocabulary_size, dim]` variable holding its
   parameters (float32, or bfloat16 when asked); no optimizer slot, no
   interleaved storage (`tfemb.interleaved_tables`), no SparseCore stacking
-  (`tfemb.sparsecore.export`), one copy whatever the number of replicas;
+  (`tfemb.serving.stacked`), one copy whatever the number of replicas;
 * the serving function looks ids up with TensorFlow's ops (`tf.unique`,
   `tf.gather`, segment sums), with the numbers of `model.predict`, at any
   batch size, so the artifact loads where tfemb is not installed;
@@ -29,13 +29,17 @@ written one after the other, so one such copy exists at a time (Keras'
 `tf.saved_model.save` of a whole model (and tf_keras' SavedModel
 `model.save`) keeps the full state for resuming training; its functions use
 the same TensorFlow-only lookup on the live tables.
+
+When a lookup is traced for a SavedModel (`saving`): inside `exporting`
+(an inference export: `export_for_serving`, or Keras' `model.export` as
+`tfemb.serving.keras_export` recognises it), or inside TensorFlow's
+SavedModel save (a full save). Otherwise the engines look up as they
+train, and nothing here runs.
 """
 
 import contextlib
-import sys
 import threading
-import weakref
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import tensorflow as tf
 from tensorflow.python.distribute import sharded_variable  # pylint: disable=g-direct-tensorflow-import
@@ -48,17 +52,17 @@ from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-i
 from tfemb.host import feeding
 from tfemb.host import step
 from tfemb.host import tables as table_paths
-from tfemb.sparsecore import export as stacked_export
+from tfemb.serving import stacked as stacked_export
 
 TABLE_DTYPES = (tf.float32, tf.bfloat16)
-_state = threading.local()
+_state = threading.local()  # `exports`: the exports in progress
 
 
 class ServingTable(resource_variable_ops.UninitializedVariable):
   """A table's parameters as the export writes them: `[rows, dim]` of
   `dtype`. It allocates nothing here; a SavedModel save reads `source` (the
-  live parameters: a plain variable, an interleaved table's view or a
-  stacked table's `UnstackedTable`) when it writes the file, and loads as a
+  live parameters: a plain variable, an interleaved table's `ColumnView` or
+  a stacked table's `UnstackedTable`) when it writes the file, and loads as a
   plain variable."""
 
   def __init__(self, source: tf.Variable, name: str, dtype: tf.DType):
@@ -71,8 +75,8 @@ class ServingTable(resource_variable_ops.UninitializedVariable):
 
     def value():  # read when the save writes, not when it is planned
       # A view reads its columns without a copy of its storage; a stacked
-      # table, its rows and columns (`tfemb.sparsecore.export`).
-      read = getattr(source, "_saved_value", None) or source.read_value
+      # table, its rows and columns (`tfemb.serving.stacked`).
+      read = getattr(source, "saved_value", None) or source.read_value
       saved = read()
       return saved if saved.dtype == dtype else tf.cast(saved, dtype)
 
@@ -162,13 +166,13 @@ def lookup(config, tables: Dict[str, tf.Variable], features, weights=None,
 
 
 def _check_exportable(engine):
-  if not engine._built:  # pylint: disable=protected-access
+  if not engine.built:
     raise ValueError(
         "The embedding tables do not exist yet, so there is nothing to "
         "export: call the model (or the embedding) on one batch, or fit or "
         "restore it, before exporting.")
-  for name, variables in engine._variables.items():  # pylint: disable=protected-access
-    if isinstance(variables["parameters"], sharded_variable.ShardedVariable):
+  for name, variable in _parameters(engine).items():
+    if isinstance(variable, sharded_variable.ShardedVariable):
       raise ValueError(
           f"Table {name!r} is sharded over parameter servers, which an "
           "inference export cannot write as one variable. Save a checkpoint "
@@ -178,8 +182,14 @@ def _check_exportable(engine):
 
 
 def _parameters(engine) -> Dict[str, tf.Variable]:
-  return {t.name: engine._variables[t.name]["parameters"]  # pylint: disable=protected-access
-          for t in engine._config.tables}  # pylint: disable=protected-access
+  """Each user table's live parameters, by name (a stacked engine's: each
+  table's own variable)."""
+  if stacked_export.is_stacked(engine):
+    return {name: variables["parameters"]
+            for name, (variables, _) in engine.own_tables().items()}
+  variables = engine.variables
+  return {t.name: variables[t.name]["parameters"]
+          for t in engine.resolved_config.tables}
 
 
 def _sources(engine) -> Dict[str, Any]:
@@ -189,15 +199,16 @@ def _sources(engine) -> Dict[str, Any]:
   return _parameters(engine)
 
 
-class _Export:
-  """One export: its tables' dtype and the `ServingTable`s made so far,
-  by engine, so that every trace of this export reads the same ones."""
+class Export:
+  """One inference export: its tables' dtype and the `ServingTable`s made
+  so far, by engine, so that every trace of this export reads the same
+  ones."""
 
-  def __init__(self, dtype):
+  def __init__(self, dtype: tf.DType):
     self.dtype = dtype
     self.tables = {}
 
-  def tables_of(self, engine):
+  def tables_of(self, engine) -> Dict[str, ServingTable]:
     if id(engine) not in self.tables:
       self.tables[id(engine)] = (engine, {
           name: ServingTable(variable, name, self.dtype)
@@ -205,58 +216,48 @@ class _Export:
     return self.tables[id(engine)][1]
 
 
-# Keras' exports in progress, by their `ExportArchive`.
-_keras_exports = weakref.WeakKeyDictionary()
-# `keras.export.ExportArchive`'s public methods (Keras 3 and tf_keras).
-_ARCHIVE_METHODS = ("track", "add_endpoint", "write_out")
+def _exports() -> List[Export]:
+  if not hasattr(_state, "exports"):
+    _state.exports = []
+  return _state.exports
 
 
-def is_export_archive(obj) -> bool:
-  """Whether `obj` is a Keras `ExportArchive` (Keras 3's `export` makes a
-  backend class that does not derive from `keras.export.ExportArchive`,
-  so its public methods tell)."""
-  return all(callable(getattr(type(obj), m, None)) for m in _ARCHIVE_METHODS)
+@contextlib.contextmanager
+def exporting(export: Export) -> Iterator[Export]:
+  """Lookups traced in this thread inside the block are traced for
+  `export`: they read its `ServingTable`s (the innermost export's)."""
+  _exports().append(export)
+  try:
+    yield export
+  finally:
+    _exports().pop()
 
 
-def _keras_export() -> Optional[_Export]:
-  """The export of Keras' `model.export` (or an `ExportArchive`) tracing
-  the model now, or None.
+def current_export() -> Optional[Export]:
+  """The innermost export in progress in this thread, or None."""
+  exports = _exports()
+  return exports[-1] if exports else None
 
-  Keras calls no hook of a layer when it exports, and it traces the
-  endpoints before `tf.saved_model.save` (so outside its save context): an
-  archive's method among the callers tells. The export is keyed by its
-  archive (an archive traces more than once).
-  """
-  frame = sys._getframe(1)  # pylint: disable=protected-access
-  while frame is not None:
-    archive = frame.f_locals.get("self")
-    if archive is not None and is_export_archive(archive):
-      if archive not in _keras_exports:
-        _keras_exports[archive] = _Export(tf.float32)
-      return _keras_exports[archive]
-    frame = frame.f_back
-  return None
+
+def saving() -> bool:
+  """Whether a lookup traced now is traced for a SavedModel: an inference
+  export (`exporting`) or TensorFlow's SavedModel save (a full save)."""
+  return bool(_exports()) or save_context.in_save_context()
 
 
 def serving_activations(engine, features, weights=None):
-  """The activations of a lookup traced now for a SavedModel, by
-  TensorFlow's ops; None when no SavedModel is being written (the engine's
-  own path then).
+  """The activations of a lookup traced for a SavedModel (when `saving()`),
+  by TensorFlow's ops.
 
-  In an inference export (`export_for_serving`, Keras 3's `export`) the
+  In an inference export (`export_for_serving`, Keras' `model.export`) the
   lookup reads one `ServingTable` per table, the same ones for every trace
   of the export. Under a plain `tf.saved_model.save` it reads the live
   parameters, which that save writes anyway with the rest of the model's
-  state. A host `TPUEmbeddingV2`'s stacked tables: `tfemb.sparsecore.
-  export`.
+  state. A host `TPUEmbeddingV2`'s stacked tables: `tfemb.serving.stacked`.
   """
-  export = getattr(_state, "export", None)
-  if export is None and tf.inside_function():
-    export = _keras_export()
-  if export is None and not save_context.in_save_context():
-    return None
+  export = current_export()
   _check_exportable(engine)
-  config, remaps = engine._config, None  # pylint: disable=protected-access
+  config, remaps = engine.resolved_config, None
   if stacked_export.is_stacked(engine):
     features, weights = stacked_export.serving_inputs(config, features,
                                                       weights)
@@ -268,15 +269,6 @@ def serving_activations(engine, features, weights=None):
   else:
     tables = _parameters(engine)
   return lookup(config, tables, features, weights, remaps)
-
-
-@contextlib.contextmanager
-def _exporting(dtype):
-  _state.export = _Export(dtype)
-  try:
-    yield
-  finally:
-    _state.export = None
 
 
 def _input_spec(x):
@@ -312,11 +304,12 @@ def _serving_function(model_or_embedding, input_signature):
   if isinstance(model_or_embedding, (host_engine.HostEmbedding,
                                      sparsecore_engine.TPUEmbeddingV2)):
     embedding = model_or_embedding
-    embedding._maybe_build()  # pylint: disable=protected-access
+    if not embedding.built:
+      embedding.build()
     if input_signature is None:
       input_signature = tf.nest.map_structure(
           lambda f: tf.TensorSpec([None], tf.int64),
-          embedding._config.structure)  # pylint: disable=protected-access
+          embedding.resolved_config.structure)
 
     def serve(features):
       return serving_activations(embedding, features)
@@ -356,7 +349,7 @@ def export_for_serving(model_or_embedding: Any, path: str,
   fn, signature = _serving_function(model_or_embedding, input_signature)
   serve = tf.function(fn, input_signature=[signature], autograph=False)
   signatures = None
-  with _exporting(table_dtype):
+  with exporting(Export(table_dtype)):
     concrete = serve.get_concrete_function()
     if all(isinstance(s, tf.TensorSpec) for s in tf.nest.flatten(signature)):
       signatures = {"serving_default": _flat_outputs(serve, signature)}

@@ -26,17 +26,17 @@ from tfemb.host import feeding
 from tfemb.host.variables import gather_rows
 from tfemb.sparsecore import combiner as combiner_lib
 from tfemb.sparsecore import feeding as v2_feeding
-from tfemb.sparsecore import stacked as stacked_lib
 
 
 def is_stacked(engine) -> bool:
   """Whether `engine` is a host `TPUEmbeddingV2` (its tables stacked)."""
-  return hasattr(engine, "_stacking")
+  from tfemb.sparsecore import engine as sparsecore_engine  # pylint: disable=g-import-not-at-top
+  return isinstance(engine, sparsecore_engine.TPUEmbeddingV2)
 
 
 class UnstackedTable:
   """One table's parameters in its own variable: the source of its
-  `tfemb.export.ServingTable`, read (only this table's rows and columns)
+  `tfemb.serving.export.ServingTable`, read (only this table's rows and columns)
   when the save writes it."""
 
   def __init__(self, variable: tf.Variable, remap, dim: int):
@@ -46,7 +46,7 @@ class UnstackedTable:
     self.dtype = variable.dtype
     self.device = variable.device
 
-  def _saved_value(self) -> tf.Tensor:
+  def saved_value(self) -> tf.Tensor:
     ids = tf.range(self._remap.vocabulary_size, dtype=tf.int64)
     rows = gather_rows(self._variable, self._remap.rows_of(ids))
     dim = self.shape[1]
@@ -54,7 +54,8 @@ class UnstackedTable:
 
 
 def _check(engine):
-  for path, feature in zip(engine._config.paths, engine._config.features):  # pylint: disable=protected-access
+  config = engine.resolved_config
+  for path, feature in zip(config.paths, config.features):
     if combiner_lib.is_custom(feature.table.combiner):
       raise ValueError(
           f"Feature {path!r} has a CustomCombiner, which SavedModel exports "
@@ -68,19 +69,16 @@ def unstacked(engine) -> Dict[str, UnstackedTable]:
   _check(engine)
   tables, remaps = stacked(engine)
   return {t.name: UnstackedTable(tables[t.name], remaps[t.name], t.dim)
-          for t in engine._config.tables}  # pylint: disable=protected-access
+          for t in engine.resolved_config.tables}
 
 
 def stacked(engine):
   """`(tables, remaps)` by user table name: each table's live variable,
   and where its ids sit in it (for a full save)."""
   _check(engine)
-  tables, remaps = {}, {}
-  for user in engine._config.tables:  # pylint: disable=protected-access
-    tables[user.name] = engine._tables[user.name]["parameters"]  # pylint: disable=protected-access
-    remaps[user.name] = stacked_lib.remap(engine._stacking, user.name,  # pylint: disable=protected-access
-                                          user.vocabulary_size)
-  return tables, remaps
+  own = engine.own_tables()
+  return ({name: variables["parameters"] for name, (variables, _) in
+           own.items()}, {name: remap for name, (_, remap) in own.items()})
 
 
 def _any_batch(feature) -> bool:
