@@ -29,7 +29,7 @@ def _backported(obj):
   cls = type(obj)
   return tf_versions.construct(
       tf_versions.tensorflow_class(cls.__name__, repr(obj)),
-      obj._constructor_args(), repr(obj), reference=cls)  # pylint: disable=protected-access
+      optimizers.constructor_args(obj), repr(obj), reference=cls)
 
 
 def _optimizer(opt):
@@ -39,8 +39,9 @@ def _optimizer(opt):
   declaration = optimizers.identify(opt)
   if not isinstance(opt, declaration.cls):  # TensorFlow's own
     return opt
-  return tf_versions.construct(declaration.tf_class, opt._constructor_args(),  # pylint: disable=protected-access
-                               repr(opt), reference=declaration.cls)
+  return tf_versions.construct(declaration.tf_class,
+                               optimizers.constructor_args(opt), repr(opt),
+                               reference=declaration.cls)
 
 
 def _quantization(config):

@@ -262,7 +262,8 @@ class HostEmbedding(core.NonFiniteControls,
   # --- training -------------------------------------------------------------
 
   @_no_autograph
-  def forward(self, features, weights=None, serving_fallback=False):
+  def forward(self, features, weights=None, serving_fallback=False,
+              call_shapes_only=False):
     """Looks up a training batch; returns `(activations, backward)`.
 
     `activations` has the structure of `feature_config` and TF's output
@@ -272,10 +273,18 @@ class HostEmbedding(core.NonFiniteControls,
     layer can look up several batches in one step. `serving_fallback`: an
     input the TPU's rules refuse but TensorFlow's serving class takes
     (`inputs.serving_only`) follows the serving class's rules and shapes,
-    as in tensorflow-recommenders' layer off the TPU.
+    as in tensorflow-recommenders' layer off the TPU. `call_shapes_only`:
+    the output shapes this batch fixes hold for this call only (the Keras
+    layer's, where only `batch_size` or a FeatureConfig's `output_shape`
+    fix them).
     """
-    return self._forward(self._prepare(features, weights,
-                                       serving_fallback=serving_fallback))
+    fixed = self._output_shapes
+    try:
+      return self._forward(self._prepare(features, weights,
+                                         serving_fallback=serving_fallback))
+    finally:
+      if call_shapes_only:
+        self._output_shapes = fixed
 
   def _prepare(self, features, weights, tpu_rules=False,
                serving_fallback=False) -> step.Batch:

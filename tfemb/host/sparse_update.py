@@ -37,7 +37,7 @@ def new_rows(table, variables, ids, grads, lr) -> Dict[str, tf.Tensor]:
   their values now: `{"parameters": .., slot: ..}` (non-lazy Adam: every
   row, with a zero gradient for the untouched ones)."""
   opt = optimizer_of(table)
-  names = opt._slot_names()  # pylint: disable=protected-access
+  names = optimizers.slot_names(opt)
   if is_lazy(opt):
     read = lambda v: gather_rows(v, ids)
   else:

@@ -21,6 +21,7 @@ from tensorflow.python.distribute import sharded_variable  # pylint: disable=g-d
 
 from tfemb import initialization
 from tfemb import interleaved_tables
+from tfemb import optimizers
 from tfemb import replicas
 from tfemb.kernels import ops as kernel_ops
 
@@ -31,7 +32,7 @@ _VALUE_KEY = "VARIABLE_VALUE"
 
 def slot_names(table) -> List[str]:
   """The names of the table's optimizer's slots, in its order."""
-  return table.optimizer._slot_names() if table.optimizer else []  # pylint: disable=protected-access
+  return optimizers.slot_names(table.optimizer)
 
 
 class TableStore:
@@ -99,7 +100,7 @@ class TableStore:
     table_shape = (table.vocabulary_size, table.dim)
     names = slot_names(table)
     inits = self._slot_initializers.get(table.name) or (
-        table.optimizer._slot_initializers() if table.optimizer else [])  # pylint: disable=protected-access
+        optimizers.slot_initializers(table.optimizer))
     storage = None
     if interleaved_tables.wanted(table, self.partitioned, self._options):
       width = (1 + len(names)) * table.dim

@@ -135,12 +135,8 @@ class HostEngine:
     # As tfrs' layer off the TPU, which looks up with TensorFlow's serving
     # class: what only that class takes (a scalar id, a rank-1 SparseTensor)
     # gets its shapes; the rest, the TPU's.
-    fixed = self.engine._output_shapes  # pylint: disable=protected-access
-    try:
-      activations, backward = self.engine.forward(features, weights,
-                                                  serving_fallback=True)
-    finally:
-      self.engine._output_shapes = fixed  # pylint: disable=protected-access
+    activations, backward = self.engine.forward(
+        features, weights, serving_fallback=True, call_shapes_only=True)
     return _trapped(self._feature_config, activations, backward, dummy,
                     training)
 

@@ -28,6 +28,9 @@ from tfemb.optimizers.declarations import DECLARATIONS
 from tfemb.optimizers.declarations import Declaration
 from tfemb.optimizers.declarations import identify
 from tfemb.optimizers.declarations import is_optimizer
+from tfemb.optimizers.protocol import constructor_args
+from tfemb.optimizers.protocol import slot_initializers
+from tfemb.optimizers.protocol import slot_names
 from tfemb import sparsecore_configs
 from tfemb.sparsecore_configs import CustomOptimizer
 

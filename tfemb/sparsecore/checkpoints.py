@@ -30,6 +30,7 @@ from tensorflow.python.checkpoint import checkpoint_adapter
 from tensorflow.python.tpu import tpu_embedding_v3_utils
 from tensorflow.python.trackable import trackable_utils
 
+from tfemb import optimizers
 from tfemb.host import variables as variables_lib
 from tfemb.sparsecore import combiner as combiner_lib
 from tfemb.sparsecore import layout as layout_lib
@@ -333,8 +334,8 @@ def checked_adapter(path: str, stacking, store, stacked_tables,
   returns the `Adapter` of a checkpoint of unstacked tables or another
   layout, None for one of this layout (`store`, a `TableStore`, checks
   that)."""
-  slots = {t.name: dict(zip(t.optimizer._slot_names(),  # pylint: disable=protected-access
-                            t.optimizer._slot_initializers()))  # pylint: disable=protected-access
+  slots = {t.name: dict(zip(optimizers.slot_names(t.optimizer),
+                            optimizers.slot_initializers(t.optimizer)))
            if t.optimizer else {} for t in stacked_tables}
   adapter = Adapter(path, stacking, slots)
   if not adapter.needed:

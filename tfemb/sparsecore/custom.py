@@ -83,7 +83,7 @@ class CustomTable(table_paths.OpsTable):
 
   def prepare(self, batch, ids, grads, lr, global_batch: bool) -> Pending:
     del batch, global_batch  # the rows are read again, under the lock
-    names = self.table.optimizer._slot_names()  # pylint: disable=protected-access
+    names = optimizers.slot_names(self.table.optimizer)
     computed = []
     created = step.created_by(
         lambda: computed.extend(self._compute(names, ids, grads, lr)))

@@ -27,6 +27,7 @@ from tensorflow.python.trackable import base as trackable
 from tensorflow.python.trackable import data_structures
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import optimizers
 from tfemb import options as options_lib
 from tfemb import resolution
 from tfemb import validation
@@ -141,7 +142,7 @@ class TPUEmbeddingV2(core.NonFiniteControls,
         for table in self._config.tables:
           combiner = table.combiner
           if combiner_lib.is_custom(combiner) and combiner.num_weights > 0:
-            initializer = combiner._slot_initializers()[0]  # pylint: disable=protected-access
+            initializer = optimizers.slot_initializers(combiner)[0]
             name = f"{table.name}/{combiner_lib.SLOT}"
             self._combiner_vars[table.name] = self._track_trackable(
                 tf.Variable(initializer((combiner.num_weights,), tf.float32),

@@ -20,7 +20,7 @@ restore is pending.
 """
 
 import copy
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -31,6 +31,7 @@ from tensorflow.python.training.saving import saveable_object  # pylint: disable
 
 from tfemb import column_view
 from tfemb import initialization
+from tfemb import optimizers
 from tfemb import replicas
 from tfemb.host import variables as variables_lib
 from tfemb.sparsecore import stacked as stacked_lib
@@ -66,6 +67,12 @@ class StackedVariable(trackable.Trackable):
   @property
   def shape(self) -> tf.TensorShape:
     return self._shape
+
+  def block_rows(self) -> List[Tuple[int, int]]:
+    """`(table, rows)` of each block, in the stacked variable's row order:
+    each shard holds a block of every table."""
+    return [(k, rows) for _ in range(self._shards)
+            for k, rows in enumerate(self._rows)]
 
   def get_shape(self) -> tf.TensorShape:
     return self._shape
@@ -150,14 +157,14 @@ class StackedVariable(trackable.Trackable):
   def _saveable(self, name: str):
     return _StackedSaveable(self, name)
 
-  def _saved_values(self) -> List[tf.Tensor]:
+  def saved_values(self) -> List[tf.Tensor]:
     """Each table's value as a save writes it: eagerly, a table whose
     slots sit beside its parameters is split for the save
     (`ColumnView.saved_value`), any other read once."""
     return [t.saved_value() if hasattr(t, "saved_value")
             else tf.convert_to_tensor(t) for t in self._tables]
 
-  def _restore(self, blocks: Sequence[tf.Tensor]):
+  def restore_blocks(self, blocks: Sequence[tf.Tensor]):
     """Writes the blocks a restore read (in row order) into the tables."""
     n = len(self._tables)
     ops = [table.assign(tf.concat(list(blocks[k::n]), axis=0),
@@ -184,37 +191,32 @@ class _StackedSaveable(saveable_object.SaveableObject):
     full = variable.shape.as_list()
     specs = []
     first = 0
-    for k, rows in self._block_rows():
+    for k, rows in variable.block_rows():
       spec = tf.Variable.SaveSliceInfo(
           full_name=name, full_shape=full,
           var_offset=[first] + [0] * (len(full) - 1),
           var_shape=[rows] + full[1:]).spec
       specs.append(saveable_object.SaveSpec(
           self._block(len(specs), k, rows), spec, name, dtype=variable.dtype,
-          device=variable._tables[k].device))  # pylint: disable=protected-access
+          device=variable.tables[k].device))
       first += rows
     super().__init__(variable, specs, name)
 
-  def _block_rows(self):
-    v = self._variable
-    return [(k, rows) for _ in range(v._shards)  # pylint: disable=protected-access
-            for k, rows in enumerate(v._rows)]  # pylint: disable=protected-access
-
   def _block(self, index: int, table: int, rows: int):
-    shard = index // len(self._variable._tables)  # pylint: disable=protected-access
+    shard = index // len(self._variable.tables)
 
     def read():
       # Read once per save (a graph's save: once per graph).
       graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
       if self._values is None or self._values[0] is not graph:
-        self._values = (graph, self._variable._saved_values())  # pylint: disable=protected-access
+        self._values = (graph, self._variable.saved_values())
       return self._values[1][table][shard * rows:(shard + 1) * rows]
 
     return read
 
   def restore(self, restored_tensors, restored_shapes):
     del restored_shapes
-    return self._variable._restore(restored_tensors)  # pylint: disable=protected-access
+    return self._variable.restore_blocks(restored_tensors)
 
 
 def _tensor(variable, dtype=None, name=None, as_ref=False):
@@ -255,7 +257,7 @@ def create(owner, holder, stacking, store, stacked_tables, trained):
                                                     restored[prefix])
     inits = []
     if table.optimizer is not None:
-      defaults = table.optimizer._slot_initializers()  # pylint: disable=protected-access
+      defaults = optimizers.slot_initializers(table.optimizer)
       for slot, default in zip(variables_lib.slot_names(table), defaults):
         name = f"{prefix}/{slot}"
         inits.append(stacked_lib.RestoredTable(stacking, table.name,

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import optimizers
 from tfemb import resolution
 from tfemb.sparsecore import feeding
 from tfemb.sparsecore import layout
@@ -132,7 +133,7 @@ def _row_width(table, dim: int) -> int:
   opt = table.optimizer
   if opt is None:
     return dim
-  names = opt._slot_names()  # pylint: disable=protected-access
+  names = optimizers.slot_names(opt)
   dims = list(getattr(opt, "slot_dims", ()) or ())
   dims += [2] * (len(names) - len(dims))
   return dim + sum(1 if d == 1 else dim for d in dims)
