@@ -27,6 +27,7 @@ from tensorflow.python.training.saving import saveable_object  # pylint: disable
 from tensorflow.python.types import core  # pylint: disable=g-direct-tensorflow-import
 
 from tfemb.kernels import ops as kernel_ops
+from tfemb import tf_internals
 
 
 def _row_scatter(method: str):
@@ -114,7 +115,7 @@ class ColumnView(tf.Variable, core.Tensor):
   @property
   def _unique_id(self) -> str:
     """Distinct among the views of one storage (optimizers key on it)."""
-    return f"{self._storage._unique_id}/{self._begin}"  # pylint: disable=protected-access
+    return f"{tf_internals.unique_id(self._storage)}/{self._begin}"
 
   @property
   def device(self):
@@ -364,12 +365,9 @@ def assigned(variable, op, read_value: bool):
   return op
 
 
-def _tensor(view, dtype=None, name=None, as_ref=False):
-  return view._dense_var_to_tensor(dtype, name, as_ref)  # pylint: disable=protected-access
-
-
-tf.register_tensor_conversion_function(ColumnView, _tensor)
-ColumnView._OverloadAllOperators()  # pylint: disable=protected-access
+tf.register_tensor_conversion_function(ColumnView,
+                                      tf_internals.dense_var_to_tensor)
+tf_internals.overload_operators(ColumnView)
 
 
 def _gather_columns(handle, ids, begin: int, dim: int, rows: int):

@@ -24,6 +24,7 @@ from tfemb import interleaved_tables
 from tfemb import optimizers
 from tfemb import replicas
 from tfemb.kernels import ops as kernel_ops
+from tfemb import tf_internals
 
 TableVariables = Dict[str, tf.Variable]  # {"parameters": .., slot: ..}
 _OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -72,13 +73,8 @@ class TableStore:
     if self.partitioner is None:
       yield
       return
-    extended = self._strategy.extended
-    saved = extended._variable_partitioner  # pylint: disable=protected-access
-    extended._variable_partitioner = self.partitioner  # pylint: disable=protected-access
-    try:
+    with tf_internals.variable_partitioner(self._strategy, self.partitioner):
       yield
-    finally:
-      extended._variable_partitioner = saved  # pylint: disable=protected-access
 
   def create(self, owner) -> Dict[str, TableVariables]:
     """Every table's variables, as children of the trackable `owner`."""
@@ -146,8 +142,7 @@ class TableStore:
         variable.assign(initializer(table_shape, dtype=dtype),
                         read_value=False)
       if initialization.is_restored(initializer):  # not restored again
-        variable._maybe_initialize_trackable()  # pylint: disable=protected-access
-        variable._update_uid = initializer.restore_uid  # pylint: disable=protected-access
+        tf_internals.mark_restored(variable, initializer.restore_uid)
       return variable
 
     def getter(name, shape, dtype, initializer, trainable):
@@ -165,7 +160,8 @@ class TableStore:
             f"checkpoint being restored holds another: {e}") from None
 
     def create(name, initializer, trainable=True):
-      return owner._add_variable_with_custom_getter(  # pylint: disable=protected-access
+      return tf_internals.add_variable_with_custom_getter(
+          owner,
           name=name,
           initializer=initializer,
           shape=shapes[name],
@@ -243,7 +239,7 @@ def unreadable_restore_dropped(owner):
   try:
     yield
   except (tf.errors.DataLossError, tf.errors.NotFoundError) as e:
-    pending = owner._deferred_dependencies  # pylint: disable=protected-access
+    pending = tf_internals.deferred_dependencies(owner)
     if not pending:
       raise
     pending.clear()

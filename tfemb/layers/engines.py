@@ -40,9 +40,10 @@ from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-i
 
 from tfemb import mid_level
 from tfemb import resolution
+from tfemb.serving import export
 from tfemb.sparsecore import engine as sparsecore_engine
 from tfemb import tf_conversion
-from tfemb.serving import export
+from tfemb import tf_internals
 from tfemb.tpu import delegate
 
 EmbeddingFeature = delegate.EmbeddingFeature
@@ -206,11 +207,11 @@ class _TPUEngine:
     return {user: tables[ours] for user, ours in self._table_config_map}
 
   def embedding_variables(self):
-    if not self.engine._built:  # pylint: disable=protected-access
+    if not tf_internals.tpu_engine_built(self.engine):
       raise RuntimeError(
           "The TPU embedding tables do not exist yet: TensorFlow's engine "
           "creates them when the layer is built (its first call).")
-    variables = self.engine._variables  # pylint: disable=protected-access
+    variables = tf_internals.tpu_engine_variables(self.engine)
     return {user: dict(variables[ours.name])
             for user, ours in self._table_config_map}
 
@@ -266,11 +267,11 @@ class TPUEngineV1(_TPUEngine):
   def pull(self):
     """The TPU's values into the variables (as TensorFlow's checkpoint
     saver does before it reads them)."""
-    self.engine._retrieve_variables()  # pylint: disable=protected-access
+    tf_internals.retrieve_from_tpu(self.engine)
 
   def push(self):
     """The variables' values onto the TPU (as TensorFlow's restore does)."""
-    self.engine._load_variables()  # pylint: disable=protected-access
+    tf_internals.load_onto_tpu(self.engine)
 
 
 class TPUEngineV2(_TPUEngine):

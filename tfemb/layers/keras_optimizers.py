@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfemb import optimizers
+from tfemb import tf_internals
 
 _SUPPORTED = ("SGD", "Adagrad", "Adam", "Ftrl")
 
@@ -124,10 +125,7 @@ def _family(opt) -> str:
 
 def _raw_learning_rate(opt, family):
   """The optimizer's learning rate as given: schedule, callable or value."""
-  if family == "legacy":
-    lr = opt._hyper["learning_rate"]  # pylint: disable=protected-access
-  else:
-    lr = opt._learning_rate  # pylint: disable=protected-access
+  lr = tf_internals.keras_learning_rate(opt, legacy=family == "legacy")
   if _is_schedule(lr) or (callable(lr) and not hasattr(lr, "dtype")):
     return lr
   # A number (Keras keeps it in a variable) is read once, as tfrs does; pass

@@ -15,6 +15,7 @@ from typing import Any, Dict, Optional
 import tensorflow as tf
 from tensorflow.python.trackable import data_structures  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import tf_internals
 from tfemb.layers import embedding_layer
 from tfemb.layers import serialization
 
@@ -139,7 +140,7 @@ class PartialTPUEmbedding(tf.keras.layers.Layer):
       try:
         layer.name = config["name"]
       except AttributeError:  # tf_keras: a read-only property
-        layer._name = config["name"]  # pylint: disable=protected-access
+        tf_internals.set_layer_name(layer, config["name"])
     return layer
 
   @property

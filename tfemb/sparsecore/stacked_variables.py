@@ -35,6 +35,7 @@ from tfemb import optimizers
 from tfemb import replicas
 from tfemb.host import variables as variables_lib
 from tfemb.sparsecore import stacked as stacked_lib
+from tfemb import tf_internals
 
 
 class StackedVariable(trackable.Trackable):
@@ -219,11 +220,8 @@ class _StackedSaveable(saveable_object.SaveableObject):
     return self._variable.restore_blocks(restored_tensors)
 
 
-def _tensor(variable, dtype=None, name=None, as_ref=False):
-  return variable._dense_var_to_tensor(dtype, name, as_ref)  # pylint: disable=protected-access
-
-
-tf.register_tensor_conversion_function(StackedVariable, _tensor)
+tf.register_tensor_conversion_function(StackedVariable,
+                                      tf_internals.dense_var_to_tensor)
 
 
 def create(owner, holder, stacking, store, stacked_tables, trained):
@@ -289,7 +287,7 @@ def _pending(owner, name: str):
   `name`, or None when no restore of it is pending."""
   if not tf.executing_eagerly():
     return None
-  return owner._preload_simple_restoration(name=name)  # pylint: disable=protected-access
+  return tf_internals.preload_simple_restoration(owner, name)
 
 
 def _track(owner, name: str, view: StackedVariable) -> StackedVariable:
@@ -299,12 +297,11 @@ def _track(owner, name: str, view: StackedVariable) -> StackedVariable:
   def getter(name, shape, dtype, initializer, **unused_kwargs):
     del name, shape, dtype
     if initialization.is_restored(initializer):
-      view._maybe_initialize_trackable()  # pylint: disable=protected-access
-      view._update_uid = initializer.restore_uid  # pylint: disable=protected-access
+      tf_internals.mark_restored(view, initializer.restore_uid)
     return view
 
-  return owner._add_variable_with_custom_getter(  # pylint: disable=protected-access
-      name=name, shape=view.shape, dtype=view.dtype, getter=getter,
+  return tf_internals.add_variable_with_custom_getter(
+      owner, name=name, shape=view.shape, dtype=view.dtype, getter=getter,
       initializer=None, overwrite=True)
 
 

@@ -1,0 +1,123 @@
+"""The private names of TensorFlow and Keras that tfemb relies on, in one
+place: where a release renames one, this module is what changes (the
+versions tested are those of tfemb/tf_versions.py).
+
+* object tracking: a variable created as a child of a trackable, with
+  TensorFlow's restore-on-create (`add_variable_with_custom_getter`,
+  `mark_restored`, `preload_simple_restoration`, `deferred_dependencies`);
+* distribution: a strategy's variable partitioner, a mirrored variable's
+  local copy;
+* tensor conversion of tfemb's variable-like classes (TensorFlow's
+  `_dense_var_to_tensor` protocol, its operator overloads, `_unique_id`);
+* TensorFlow's own TPU engines, which the Keras layer drives on a TPU
+  (whether built, their variables, their copies to and from the TPU);
+* Keras: an optimizer's learning rate as given, a layer's name.
+"""
+
+import contextlib
+from typing import Any, Dict
+
+# pylint: disable=protected-access
+
+# --- object tracking --------------------------------------------------------
+
+
+def add_variable_with_custom_getter(owner, **kwargs):
+  """`owner`'s child variable made by `getter`, restored on creation when
+  a restore of it is pending (`Trackable._add_variable_with_custom_getter`)."""
+  return owner._add_variable_with_custom_getter(**kwargs)
+
+
+def mark_restored(variable, restore_uid) -> None:
+  """Records that `variable` already holds the value of the restore
+  `restore_uid`, so TensorFlow does not restore it again."""
+  variable._maybe_initialize_trackable()
+  variable._update_uid = restore_uid
+
+
+def preload_simple_restoration(owner, name: str):
+  """The restore-on-create initial value of `owner`'s child `name`, or
+  None when no restore of it is pending."""
+  return owner._preload_simple_restoration(name=name)
+
+
+def deferred_dependencies(owner) -> Dict[str, Any]:
+  """The restores waiting for `owner`'s children to be created."""
+  return owner._deferred_dependencies
+
+
+# --- distribution -----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def variable_partitioner(strategy, partitioner):
+  """`strategy` (a ParameterServerStrategy) partitions the variables
+  created here with `partitioner`."""
+  extended = strategy.extended
+  saved = extended._variable_partitioner
+  extended._variable_partitioner = partitioner
+  try:
+    yield
+  finally:
+    extended._variable_partitioner = saved
+
+
+def local_copy(mirrored):
+  """A mirrored variable's copy on the current device, else its first."""
+  return mirrored._get_on_device_or_primary()
+
+
+# --- tensor conversion --------------------------------------------------------
+
+
+def dense_var_to_tensor(variable, dtype=None, name=None, as_ref=False):
+  """TensorFlow's conversion protocol of a variable-like object."""
+  return variable._dense_var_to_tensor(dtype, name, as_ref)
+
+
+def overload_operators(cls) -> None:
+  """Gives a variable-like class `tf.Variable`'s operators."""
+  cls._OverloadAllOperators()
+
+
+def unique_id(variable) -> str:
+  """The id optimizers key a variable's slots on."""
+  return variable._unique_id
+
+
+# --- TensorFlow's TPU engines ----------------------------------------------
+
+
+def tpu_engine_built(engine) -> bool:
+  return engine._built
+
+
+def tpu_engine_variables(engine) -> Dict[str, Dict[str, Any]]:
+  """`{table name: {"parameters": .., slot: ..}}` of a built engine."""
+  return engine._variables
+
+
+def retrieve_from_tpu(engine) -> None:
+  """The TPU's values into the engine's host variables."""
+  engine._retrieve_variables()
+
+
+def load_onto_tpu(engine) -> None:
+  """The engine's host variables' values onto the TPU."""
+  engine._load_variables()
+
+
+# --- Keras ------------------------------------------------------------------
+
+
+def keras_learning_rate(optimizer, legacy: bool):
+  """A Keras optimizer's learning rate as it was given (a schedule, a
+  callable, or the variable holding a number)."""
+  if legacy:
+    return optimizer._hyper["learning_rate"]
+  return optimizer._learning_rate
+
+
+def set_layer_name(layer, name: str) -> None:
+  """tf_keras' layer name, a read-only property."""
+  layer._name = name
