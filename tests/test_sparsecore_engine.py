@@ -329,11 +329,9 @@ def _custom_steps(embedding, ids_per_step, coef):
     embedding.apply_gradients({"f": tf.constant(coef, tf.float32)}, preserved)
 
 
-def _summed(ids, coef, dim=4):
-  grads = {}
-  for i, c in zip(ids, coef):
-    grads[i] = grads.get(i, np.zeros(dim)) + np.asarray(c)
-  return grads
+def _summed(ids, coef):
+  """{id: summed gradient}: row b of `coef` is the gradient of ids[b]."""
+  return reference.row_gradients(zip(ids, coef))
 
 
 def test_a_custom_sgd_matches_numpy_with_a_dynamic_learning_rate():
@@ -341,13 +339,12 @@ def test_a_custom_sgd_matches_numpy_with_a_dynamic_learning_rate():
   embedding, w = _one_table(tfemb.CustomOptimizer(_sgd_like,
                                                   learning_rate=lambda: lr))
   coef = np.array([[1, 2, 3, 4], [1, 1, 1, 1], [0.5, 0, 0, -1]], np.float32)
-  w = w.astype(np.float64)
+  oracle = reference.Table(w, "sgd", {})
   for step, ids in enumerate([[1, 4, 1], [4, 4, 0]]):
     lr.assign(0.5 / (step + 1))
     _custom_steps(embedding, [ids], coef)
-    for i, g in _summed(ids, coef).items():
-      w[i] -= (0.5 / (step + 1)) * g
-  np.testing.assert_allclose(unstacked(embedding)["t"]["parameters"], w,
+    oracle.apply(_summed(ids, coef), 0.5 / (step + 1))
+  np.testing.assert_allclose(unstacked(embedding)["t"]["parameters"], oracle.w,
                              rtol=1e-6)
 
 
@@ -358,16 +355,16 @@ def test_a_custom_adagrad_with_hyperparameters_matches_numpy():
       slot_initializers=[tf.constant_initializer(0.5)],
       hyperparameters=[lambda: scale]))
   coef = np.array([[1, 2, 3, 4], [1, 1, 1, 1], [0.5, 0, 0, -1]], np.float32)
-  w, acc = w.astype(np.float64), np.full((10, 4), 0.5)
+  # Adagrad (docs/numerics.md) at the learning rate times the scale.
+  oracle = reference.Table(w, "adagrad", {"initial_accumulator_value": 0.5})
   for step, ids in enumerate([[1, 4, 1], [4, 4, 0]]):
     scale.assign(2.0 + step)
     _custom_steps(embedding, [ids], coef)
-    for i, g in _summed(ids, coef).items():
-      acc[i] += g * g
-      w[i] -= (2.0 + step) * 0.1 * g / np.sqrt(acc[i])
+    oracle.apply(_summed(ids, coef), (2.0 + step) * 0.1)
   got = unstacked(embedding)["t"]
-  np.testing.assert_allclose(got["parameters"], w, rtol=1e-5)
-  np.testing.assert_allclose(got["acc"], acc, rtol=1e-6)
+  np.testing.assert_allclose(got["parameters"], oracle.w, rtol=1e-5)
+  np.testing.assert_allclose(got["acc"], oracle.slots["accumulators"],
+                             rtol=1e-6)
 
 
 def test_a_custom_optimizer_with_a_one_dimensional_slot():
