@@ -68,6 +68,27 @@ def row_gradients(pairs):
   return grads
 
 
+def positional(table, rows, weights, valency):
+  """A combiner with one trainable weight per position: example b gives
+  sum over p < valency of weights[p] * table[ids[p]] (later ids dropped)."""
+  out = np.zeros((len(rows), table.shape[1]), np.float64)
+  for b, ids in enumerate(rows):
+    for p, i in enumerate(ids[:valency]):
+      out[b] += weights[p] * table[i]
+  return out
+
+
+def positional_gradients(table, rows, weights, valency, grad):
+  """The gradients of `positional`: ((id, gradient) pairs for the table,
+  `[valency]` gradient of the position weights)."""
+  pairs, weight_grads = [], np.zeros(valency)
+  for b, ids in enumerate(rows):
+    for p, i in enumerate(ids[:valency]):
+      pairs.append((i, weights[p] * np.asarray(grad[b], np.float64)))
+      weight_grads[p] += np.asarray(grad[b], np.float64) @ table[i]
+  return pairs, weight_grads
+
+
 # --- the update -------------------------------------------------------------
 
 def _clip(x, lo, hi):

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import reference
 import tfemb
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent / "workers"))
@@ -38,12 +39,12 @@ def thread_batch(t):
 
 def serial_sum():
   """SGD: every step subtracts lr * its summed row gradient."""
-  w = INIT.copy()
+  # SGD is linear: STEPS steps of one gradient are one step at STEPS x LR.
+  oracle = reference.Table(INIT, "sgd", {})
   for t in range(THREADS):
     ids, grads = thread_batch(t)
-    for i, g in zip(ids, grads):
-      w[i] -= STEPS * LR * g.astype(np.float64)
-  return w
+    oracle.apply(reference.row_gradients(zip(ids, grads)), STEPS * LR)
+  return oracle.w
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])

@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 import helpers
+import reference
 import tfemb
 from tfemb.sparsecore import layout
 
@@ -159,36 +160,33 @@ def unstacked(embedding):
 
 def numpy_step(state, knobs):
   """One step of docs/sparsecore.md's formulas on `state` (`unstacked`)."""
-  new = {n: {k: v.copy() for k, v in t.items()} if n != "combiner" else
-         t.copy() for n, t in state.items()}
   coef = {n: COEF.astype(np.float64) * k for n, k in
           (("a", 1), ("b", 2), ("c", 3), ("d", 1))}
 
-  def summed(pairs):
-    out = {}
-    for i, g in pairs:
-      out[i] = out.get(i, 0.0) + g
+  def updated(table, kind, slots, pairs, lr):
+    """`state[table]` after reference.Table's update; `slots` maps the
+    reference's slot names to the table's."""
+    oracle = reference.Table(state[table]["parameters"], kind, {})
+    oracle.slots = {ref: state[table][ours].copy()
+                    for ref, ours in slots.items()}
+    oracle.apply(reference.row_gradients(pairs), lr)
+    out = {k: v.copy() for k, v in state[table].items()}
+    out["parameters"] = oracle.w
+    out.update({ours: oracle.slots[ref] for ref, ours in slots.items()})
     return out
 
-  for i, g in summed(zip(IDS["a"], coef["a"])).items():  # Adagrad
-    new["a"]["accumulators"][i] += g * g
-    new["a"]["parameters"][i] -= LR_A * g / np.sqrt(
-        new["a"]["accumulators"][i])
+  new = {"a": updated("a", "adagrad", {"accumulators": "accumulators"},
+                      zip(IDS["a"], coef["a"]), LR_A)}
+  # adagrad_like: Adagrad at the learning rate times the scale.
   scale, lr_b = float(knobs.scale.numpy()), float(knobs.lr_b.numpy())
-  for i, g in summed(zip(IDS["b"], coef["b"])).items():  # adagrad_like
-    new["b"]["acc"][i] += g * g
-    new["b"]["parameters"][i] -= scale * lr_b * g / np.sqrt(new["b"]["acc"][i])
-  w, cw = state["c"]["parameters"], state["combiner"]  # the combiner
-  pairs, weight_grad = [], np.zeros(2)
-  for b, ids in enumerate(IDS_C):
-    for p, i in enumerate(ids[:2]):
-      pairs.append((i, cw[p] * coef["c"][b]))
-      weight_grad[p] += coef["c"][b] @ w[i]
-  for i, g in summed(pairs).items():
-    new["c"]["parameters"][i] -= LR_C * g
+  new["b"] = updated("b", "adagrad", {"accumulators": "acc"},
+                     zip(IDS["b"], coef["b"]), scale * lr_b)
+  cw = state["combiner"]  # the combiner
+  pairs, weight_grad = reference.positional_gradients(
+      state["c"]["parameters"], IDS_C, cw, 2, coef["c"])
+  new["c"] = updated("c", "sgd", {}, pairs, LR_C)
   new["combiner"] = cw - float(knobs.lr_c.numpy()) * weight_grad
-  for i, g in summed(zip(IDS["d"], coef["d"])).items():  # checked_sgd
-    new["d"]["parameters"][i] -= LR_D * g
+  new["d"] = updated("d", "sgd", {}, zip(IDS["d"], coef["d"]), LR_D)
   return new
 
 
@@ -445,9 +443,11 @@ def test_threads_lose_no_custom_update(mode):
     worker.start()
   for worker in workers:
     worker.join()
-  want = INIT["a"].copy()
-  for i, g in zip(IDS["a"], COEF.astype(np.float64)):
-    want[i] -= (threads * steps + 1) * lr * g
+  # SGD is linear: n steps of one gradient are one step at n times the rate.
+  oracle = reference.Table(INIT["a"], "sgd", {})
+  oracle.apply(reference.row_gradients(zip(IDS["a"], COEF)),
+               (threads * steps + 1) * lr)
+  want = oracle.w
   stacking = embedding._stacking  # pylint: disable=protected-access
   rows = layout.stacked_rows_numpy(stacking, "t", np.arange(VOCAB))
   got = embedding.variables["t"]["parameters"].numpy()[rows, :DIM]

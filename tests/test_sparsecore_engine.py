@@ -329,11 +329,9 @@ def _custom_steps(embedding, ids_per_step, coef):
     embedding.apply_gradients({"f": tf.constant(coef, tf.float32)}, preserved)
 
 
-def _summed(ids, coef, dim=4):
-  grads = {}
-  for i, c in zip(ids, coef):
-    grads[i] = grads.get(i, np.zeros(dim)) + np.asarray(c)
-  return grads
+def _summed(ids, coef):
+  """{id: summed gradient}: row b of `coef` is the gradient of ids[b]."""
+  return reference.row_gradients(zip(ids, coef))
 
 
 def test_a_custom_sgd_matches_numpy_with_a_dynamic_learning_rate():
@@ -341,13 +339,12 @@ def test_a_custom_sgd_matches_numpy_with_a_dynamic_learning_rate():
   embedding, w = _one_table(tfemb.CustomOptimizer(_sgd_like,
                                                   learning_rate=lambda: lr))
   coef = np.array([[1, 2, 3, 4], [1, 1, 1, 1], [0.5, 0, 0, -1]], np.float32)
-  w = w.astype(np.float64)
+  oracle = reference.Table(w, "sgd", {})
   for step, ids in enumerate([[1, 4, 1], [4, 4, 0]]):
     lr.assign(0.5 / (step + 1))
     _custom_steps(embedding, [ids], coef)
-    for i, g in _summed(ids, coef).items():
-      w[i] -= (0.5 / (step + 1)) * g
-  np.testing.assert_allclose(unstacked(embedding)["t"]["parameters"], w,
+    oracle.apply(_summed(ids, coef), 0.5 / (step + 1))
+  np.testing.assert_allclose(unstacked(embedding)["t"]["parameters"], oracle.w,
                              rtol=1e-6)
 
 
@@ -358,16 +355,16 @@ def test_a_custom_adagrad_with_hyperparameters_matches_numpy():
       slot_initializers=[tf.constant_initializer(0.5)],
       hyperparameters=[lambda: scale]))
   coef = np.array([[1, 2, 3, 4], [1, 1, 1, 1], [0.5, 0, 0, -1]], np.float32)
-  w, acc = w.astype(np.float64), np.full((10, 4), 0.5)
+  # Adagrad (docs/numerics.md) at the learning rate times the scale.
+  oracle = reference.Table(w, "adagrad", {"initial_accumulator_value": 0.5})
   for step, ids in enumerate([[1, 4, 1], [4, 4, 0]]):
     scale.assign(2.0 + step)
     _custom_steps(embedding, [ids], coef)
-    for i, g in _summed(ids, coef).items():
-      acc[i] += g * g
-      w[i] -= (2.0 + step) * 0.1 * g / np.sqrt(acc[i])
+    oracle.apply(_summed(ids, coef), (2.0 + step) * 0.1)
   got = unstacked(embedding)["t"]
-  np.testing.assert_allclose(got["parameters"], w, rtol=1e-5)
-  np.testing.assert_allclose(got["acc"], acc, rtol=1e-6)
+  np.testing.assert_allclose(got["parameters"], oracle.w, rtol=1e-5)
+  np.testing.assert_allclose(got["acc"], oracle.slots["accumulators"],
+                             rtol=1e-6)
 
 
 def test_a_custom_optimizer_with_a_one_dimensional_slot():
@@ -503,26 +500,21 @@ def test_a_weighted_custom_combiner_trains_its_weights_by_sgd():
   embedding, init = _combiner_table(combiner)
   rows = [[1, 4, 7], [4]]  # id 7 is beyond max_valency
   coef = np.array([[1.0, -2.0, 0.5, 0.0], [0.3, 0.3, 0.3, 0.3]])
-  w, cw = init.astype(np.float64).copy(), np.array([1.0, 0.5])
+  oracle, cw = reference.Table(init, "sgd", {}), np.array([1.0, 0.5])
   stacking = embedding._stacking  # pylint: disable=protected-access
   for _ in range(2):
     activations, preserved = embedding(
         {"f": tf.ragged.constant(rows, dtype=tf.int64)})
-    want = np.array([sum(cw[p] * w[i] for p, i in enumerate(r[:2]))
-                     for r in rows])
+    want = reference.positional(oracle.w, rows, cw, 2)
     np.testing.assert_allclose(activations["f"].numpy(), want, rtol=1e-5)
     embedding.apply_gradients({"f": tf.constant(coef, tf.float32)}, preserved)
-    row_grads, weight_grads = {}, np.zeros(2)
-    for b, r in enumerate(rows):
-      for p, i in enumerate(r[:2]):
-        row_grads[i] = row_grads.get(i, 0.0) + cw[p] * coef[b]
-        weight_grads[p] += coef[b] @ w[i]
-    for i, g in row_grads.items():
-      w[i] -= 0.5 * g
-    cw -= 0.1 * weight_grads
+    pairs, weight_grads = reference.positional_gradients(oracle.w, rows, cw,
+                                                         2, coef)
+    oracle.apply(reference.row_gradients(pairs), 0.5)
+    cw = cw - 0.1 * weight_grads
   got = layout.to_unstacked(
       stacking, {"t": embedding.embedding_tables["t"].numpy()})["t"]
-  np.testing.assert_allclose(got, w, rtol=1e-5)
+  np.testing.assert_allclose(got, oracle.w, rtol=1e-5)
   np.testing.assert_allclose(
       embedding._combiner_weights(  # pylint: disable=protected-access
           embedding._config.tables[0]).numpy(), cw, rtol=1e-5)  # pylint: disable=protected-access
@@ -565,26 +557,25 @@ def test_custom_optimizer_and_combiner_under_mirrored_sum_the_global_batch():
       return activations["f"]
     return strategy.run(replica_fn, (ids, grads))
 
-  w, cw = init.astype(np.float64), np.array([1.0, 0.5])
-  acc = np.full((10, 4), 0.5)
+  # Adagrad (docs/numerics.md) at the learning rate times the scale.
+  oracle = reference.Table(init, "adagrad", {"initial_accumulator_value": 0.5})
+  cw = np.array([1.0, 0.5])
   for _ in range(2):
     activations = strategy.experimental_local_results(step(ids, grads))
-    row_grads, weight_grads = {}, np.zeros(2)
+    pairs, weight_grads = [], np.zeros(2)
     for replica, (examples, c) in enumerate(zip(rows, coef)):
-      want = [sum(cw[p] * w[i] for p, i in enumerate(r[:2]))
-              for r in examples]
+      want = reference.positional(oracle.w, examples, cw, 2)
       np.testing.assert_allclose(activations[replica].numpy(), want,
                                  rtol=1e-5)
-      for b, r in enumerate(examples):
-        for p, i in enumerate(r[:2]):
-          row_grads[i] = row_grads.get(i, 0.0) + cw[p] * c[b]
-          weight_grads[p] += c[b] @ w[i]
-    for i, g in row_grads.items():
-      acc[i] += g * g
-      w[i] -= 1.5 * 0.2 * g / np.sqrt(acc[i])
-    cw -= 0.1 * weight_grads
+      more, more_weights = reference.positional_gradients(
+          oracle.w, examples, cw, 2, c)
+      pairs += more
+      weight_grads += more_weights
+    oracle.apply(reference.row_gradients(pairs), 1.5 * 0.2)
+    cw = cw - 0.1 * weight_grads
   stacking = embedding._stacking  # pylint: disable=protected-access
-  for key, want in (("parameters", w), ("acc", acc)):
+  for key, want in (("parameters", oracle.w),
+                    ("acc", oracle.slots["accumulators"])):
     for copy in embedding.variables["t"][key].values:
       got = layout.to_unstacked(stacking, {"t": copy.numpy()})["t"]
       np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=key)

@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import helpers
+import reference
 import tfemb
 
 # The SparseCore host engine needs TensorFlow's stacker (2.17 on).
@@ -55,14 +56,15 @@ def test_dense_ids_with_weights_one_sample_each(combiner, in_function):
 
   run = tf.function(step) if in_function else step
   got = run(tf.constant(ids), tf.constant(weights), tf.constant(grads))
-  gain = {"sum": weights, "mean": weights / weights,
-          "sqrtn": weights / np.abs(weights)}[combiner]
-  np.testing.assert_allclose(got.numpy(), gain[:, None] * INIT[ids],
-                             rtol=1e-6)
-  want = INIT.copy()
-  for i, g, row in zip(ids, gain, grads):
-    want[i] -= 0.5 * g * row
-  np.testing.assert_allclose(table_of(embedding), want, rtol=1e-6, atol=1e-6)
+  rows, row_weights = [[i] for i in ids], [[w] for w in weights]
+  np.testing.assert_allclose(
+      got.numpy(), reference.combine(INIT, rows, combiner, row_weights),
+      rtol=1e-6)
+  oracle = reference.Table(INIT, "sgd", {})
+  oracle.apply(reference.row_gradients(reference.contributions(
+      rows, combiner, grads, row_weights)), 0.5)
+  np.testing.assert_allclose(table_of(embedding), oracle.w, rtol=1e-6,
+                             atol=1e-6)
 
 
 def test_a_dense_input_of_any_shape_of_the_sample_count():
