@@ -17,7 +17,7 @@ import helpers
 import reference
 import tfemb
 from tfemb.kernels import ops as kernel_ops
-from tfemb.sparsecore import layout
+from workers import v2_worker
 
 GLOBAL_BATCH, STEPS = 8, 3
 
@@ -485,7 +485,7 @@ def test_a_table_without_ids_in_a_step(engine, case, replicas, mode, path):
     embedding, init, batches = _train_with_empty_features(
         mirrored(replicas), engine, case, mode == "fn")
   for copy in range(replicas):
-    got = _unstacked_copy(embedding, copy)
+    got = v2_worker.unstacked(embedding, copy)
     for name, feature, k in (("a", "x", 1), ("b", "y", 2)):
       ref = reference.Table(init * k, "adagrad", {})
       for batch in batches if case != "dropped" else ():
@@ -502,19 +502,3 @@ def test_a_table_without_ids_in_a_step(engine, case, replicas, mode, path):
         for r in rows)}
 
 
-def _unstacked_copy(embedding, copy):
-  """`{table/slot: array}` of replica `copy`'s tables."""
-  def value(variable):
-    return variable.values[copy].numpy()
-  if isinstance(embedding, tfemb.TPUEmbedding):
-    return {f"{t.name}/{n}": value(v)
-            for t, slots in embedding.variables.items()
-            for n, v in slots.items()}
-  out = {}
-  for slot in ("parameters", "accumulators"):
-    stacked = {name: value(tables[slot])
-               for name, tables in embedding.variables.items()}
-    for table, array in layout.to_unstacked(
-        embedding._stacking, stacked).items():  # pylint: disable=protected-access
-      out[f"{table}/{slot}"] = array
-  return out

@@ -94,10 +94,12 @@ def main(out):
                     "dropped": engines["dropped/"].dropped_ids}))
 
 
-def unstacked(embedding):
-  """`{table/slot: array}` of the first replica's copy."""
+def unstacked(embedding, copy=0):
+  """`{table/slot: array}` of replica `copy`'s copy (of the only one, for
+  variables that are not mirrored); tests/test_mirrored.py reads its
+  tables with it too."""
   def value(variable):
-    return (variable.values[0] if hasattr(variable, "values")
+    return (variable.values[copy] if hasattr(variable, "values")
             else variable).numpy()
   if isinstance(embedding, tfemb.TPUEmbedding):
     return {f"{t.name}/{slot}": value(v)
