@@ -7,7 +7,6 @@ optimizer takes is listed in `tfemb.update_rules`.
 """
 
 import dataclasses
-import functools
 import inspect
 from typing import Any, Callable, Dict, Mapping, Tuple, Union
 
@@ -47,6 +46,7 @@ class Declaration:
 
   def __post_init__(self):
     parameters.declare(self.cls, self)
+    parameters.declare(self.tf_class, self)
 
   @property
   def tf_class(self) -> type:
@@ -98,15 +98,6 @@ DECLARATIONS: Tuple[Declaration, ...] = (
 )
 
 
-@functools.lru_cache(maxsize=None)
-def _by_class() -> Dict[type, Declaration]:
-  by_class = {}
-  for declaration in DECLARATIONS:
-    by_class[declaration.cls] = declaration
-    by_class[declaration.tf_class] = declaration
-  return by_class
-
-
 def identify(optimizer: Any) -> Declaration:
   """The declaration of `optimizer`, an instance of one of tfemb's optimizer
   classes or of TensorFlow's (`tf.tpu.experimental.embedding`), or of a
@@ -115,10 +106,9 @@ def identify(optimizer: Any) -> Declaration:
   Raises:
     ValueError: for any other object, naming the supported classes.
   """
-  for cls in type(optimizer).__mro__:
-    declaration = _by_class().get(cls)
-    if declaration is not None:
-      return declaration
+  declaration = parameters.declared(optimizer)
+  if declaration is not None:
+    return declaration
   names = ", ".join(d.name for d in DECLARATIONS)
   raise ValueError(
       f"{type(optimizer)} is an unsupported optimizer class. Please pass an "
@@ -128,4 +118,4 @@ def identify(optimizer: Any) -> Declaration:
 
 def is_optimizer(optimizer: Any) -> bool:
   """Whether `identify(optimizer)` knows it."""
-  return any(cls in _by_class() for cls in type(optimizer).__mro__)
+  return parameters.declared(optimizer) is not None

@@ -42,17 +42,26 @@ _DECLARED: Dict[type, Any] = {}
 
 
 def declare(cls: type, declaration: Any) -> None:
-  """Gives `cls` its `declarations.Declaration` (its slots, its
-  arguments)."""
+  """Gives `cls` (tfemb's class or TensorFlow's) its
+  `declarations.Declaration` (its slots, its arguments)."""
   _DECLARED[cls] = declaration
 
 
-def _declaration(optimizer) -> Any:
+def declared(optimizer: Any) -> Optional[Any]:
+  """The declaration of `optimizer`'s class or of its nearest declared
+  base class; None if there is none."""
   for cls in type(optimizer).__mro__:
     if cls in _DECLARED:
       return _DECLARED[cls]
-  raise ValueError(f"{type(optimizer)} has no declaration "
-                   "(tfemb.optimizers.declarations).")
+  return None
+
+
+def _declaration(optimizer) -> Any:
+  declaration = declared(optimizer)
+  if declaration is None:
+    raise ValueError(f"{type(optimizer)} has no declaration "
+                     "(tfemb.optimizers.declarations).")
+  return declaration
 
 
 def _constant(value=0.0):
