@@ -322,7 +322,7 @@ def test_a_non_finite_gradient_on_one_replica_skips_the_step_on_all():
   embedding, _ = _two_steps(mirrored(2), _KINDS["adam"], init, ids, coef,
                             non_finite="skip")
   _assert_every_copy(embedding, _reference("adam", init, ids[1:], coef[1:]))
-  assert [int(c.numpy()) for c in embedding._policy._skipped.values] == [1, 1]  # pylint: disable=protected-access
+  assert [int(c.numpy()) for c in embedding._core.policy._skipped.values] == [1, 1]  # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize("kind", list(_KINDS))

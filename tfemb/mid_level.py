@@ -23,7 +23,6 @@ import tensorflow as tf
 from tfemb import replicas
 from tfemb import shapes
 from tfemb.host import HostEmbedding
-from tfemb.host import step
 from tfemb.tpu import config_proto
 from tfemb.tpu import delegate
 
@@ -79,13 +78,13 @@ class TPUEmbedding(HostEmbedding):
     if device is not None:
       # One replica's batch, given outside strategy.run (e.g. from
       # `experimental_distribute_values_from_function`).
-      index = replicas.index_of_device(device, self._strategy)
+      index = replicas.index_of_device(device, self._core.strategy)
       with tf.device(device):
         batches = {index: self._prepare(features, weights, tpu_rules=True)}
     elif replicas.is_distributed(features):
       # Outside strategy.run, with a distributed batch: one per replica.
-      local = replicas.split((features, weights), self._strategy)
-      devices = replicas.local_devices(self._strategy)
+      local = replicas.split((features, weights), self._core.strategy)
+      devices = replicas.local_devices(self._core.strategy)
       batches = {}
       for i, (device, (f, w)) in enumerate(zip(devices, local)):
         with tf.device(device):
@@ -104,7 +103,7 @@ class TPUEmbedding(HostEmbedding):
     replica gets the activations of its share of the enqueued batch.
     """
     del name
-    if not self._built:
+    if not self._core.built:
       raise RuntimeError("dequeue called on unbuilt TPUEmbedding object. "
                          "Please either call enqueue first or manually call "
                          "the build method.")
@@ -125,7 +124,7 @@ class TPUEmbedding(HostEmbedding):
     weight decay).
     """
     del name
-    if not self._built:
+    if not self._core.built:
       raise RuntimeError("apply_gradients called on unbuilt TPUEmbedding "
                          "object. Please either call enqueue first or "
                          "manually call the build method.")
@@ -133,7 +132,7 @@ class TPUEmbedding(HostEmbedding):
     backward = self._queue.release(index)
     if backward is None:
       # TF's errors for bad gradients first.
-      step.check_gradients(self._config, self._output_shapes, gradients)
+      self._core.check_gradients(gradients)
       raise RuntimeError(
           "apply_gradients needs a batch enqueued with training=True and "
           "dequeued in this function (or eagerly), and can be called once "
@@ -148,12 +147,12 @@ class TPUEmbedding(HostEmbedding):
     """The `TPUEmbeddingConfiguration` TensorFlow's TPU engine would build
     for these configs and output shapes under the current strategy (one
     replica per device, one host per worker)."""
-    shapes.check_fully_defined(self._config.paths, self._output_shapes)
-    extended = self._strategy.extended
+    config, output_shapes = self._core.config, self._core.output_shapes
+    shapes.check_fully_defined(config.paths, output_shapes)
+    extended = self._core.strategy.extended
     return config_proto.config_proto(
-        config_proto.resolve(self._config.structure, None),
-        self._output_shapes,
-        num_replicas=self._strategy.num_replicas_in_sync,
+        config_proto.resolve(config.structure, None), output_shapes,
+        num_replicas=self._core.strategy.num_replicas_in_sync,
         num_hosts=getattr(extended, "num_hosts", 1),
         pipeline_execution_with_tensor_core=(
             self._pipeline_execution_with_tensor_core))

@@ -1,18 +1,32 @@
-"""What both engine generations share around a step: how their tables are
-built once, and the non-finite policy's controls.
+"""The engine core both generations are protocols over.
 
-`tfemb.host.engine.HostEmbedding` (the first generation's protocol) and
-`tfemb.sparsecore.engine.TPUEmbeddingV2` (the SparseCore's) create their
-tables with `build_once` and expose the policy of `step.NonFinitePolicy`
-through `NonFiniteControls`, so a table built inside `strategy.run` and a
-step's non-finite handling behave the same in both.
+`EngineCore` owns what a step is computed with: the resolved configuration,
+the table store, each table's path, the non-finite policy and the output
+shapes, and builds the tables once (`build_once`). A `TableLayout` says how
+the tables sit in variables: `Unstacked` for the first generation, the
+SparseCore's stacked layout for `TPUEmbeddingV2`
+(`tfemb.sparsecore.stacked_layout`). `tfemb.host.engine.HostEmbedding` and
+`tfemb.sparsecore.engine.TPUEmbeddingV2` are `Engine`s, protocols over one
+core each, so a table built inside `strategy.run` and a step's non-finite
+handling behave the same in both.
 """
 
-from typing import Callable
+import abc
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
+from tensorflow.python.trackable import autotrackable
+from tensorflow.python.trackable import base as trackable
+
+from tfemb import options as options_lib
+from tfemb import resolution
+from tfemb import shapes
 from tfemb.host import step
+from tfemb.host import tables as table_paths
+from tfemb.host import variables as variables_lib
+from tfemb.host.paths import TablePath
+from tfemb.serving import savedmodel
 
 
 def build_once(create: Callable[..., None]) -> None:
@@ -35,11 +49,66 @@ def build_once(create: Callable[..., None]) -> None:
       create()
 
 
-class NonFiniteControls:
-  """`non_finite_gradients` and `skipped_steps` of an engine whose steps
-  take the policy `self._policy` (a `step.NonFinitePolicy`)."""
+class Engine(autotrackable.AutoTrackable):
+  """What both generations' engines are over their core, `self._core` (an
+  `EngineCore`): its build state, its non-finite policy's controls, and
+  the checks and SavedModel children of their tables.
 
-  _policy: step.NonFinitePolicy
+  A subclass defines `build()`, which builds the core.
+  """
+
+  _core: "EngineCore"
+
+  def build(self, *args, **kwargs):
+    raise NotImplementedError
+
+  def _maybe_build(self):
+    if not self._core.built:
+      with tf.init_scope():
+        self.build()
+
+  @property
+  def built(self) -> bool:
+    return self._core.built
+
+  # TensorFlow's engines' attributes, which its tests read.
+  @property
+  def _built(self) -> bool:
+    return self._core.built
+
+  @property
+  def _strategy(self):
+    return self._core.strategy
+
+  @property
+  def resolved_config(self) -> resolution.Resolved:
+    """The user's configuration as resolved once (`tfemb.resolution`):
+    features and paths in `tf.nest` order, tables named, with their
+    optimizers."""
+    return self._core.config
+
+  def _trackable_children(self, save_type=trackable.SaveType.CHECKPOINT,
+                          **kwargs):
+    children = super()._trackable_children(save_type, **kwargs)
+    if save_type == trackable.SaveType.SAVEDMODEL and self._core.built:
+      # What its functions read (`tfemb.serving.savedmodel`).
+      children = savedmodel.children(children, self._core.tables,
+                                     stacked=self._core.layout.views)
+    return children
+
+  def _lookup_dependency(self, name, cached_dependencies=None):
+    """Refuses a checkpoint saved with other tables or another optimizer:
+    TensorFlow asks this for every child of this object in a checkpoint
+    being restored."""
+    found = super()._lookup_dependency(name, cached_dependencies)
+    if found is None and not name.startswith("_"):
+      self._check_checkpoint_child(name)
+    return found
+
+  def _check_checkpoint_child(self, name: str) -> None:
+    """Raises a ValueError for a child `name` of a checkpoint this object
+    cannot restore (`variables_lib.TableStore.check_checkpoint_child`)."""
+    self._core.store.check_checkpoint_child(name)
 
   @property
   def non_finite_gradients(self) -> str:
@@ -50,14 +119,159 @@ class NonFiniteControls:
     table or slot changes. "skip": no table or slot changes, the step is
     counted in `skipped_steps`, and training goes on.
     """
-    return self._policy.mode
+    return self._core.policy.mode
 
   @non_finite_gradients.setter
   def non_finite_gradients(self, policy: str):
-    self._policy.mode = policy
+    self._core.policy.mode = policy
 
   @property
   def skipped_steps(self) -> int:
     """Steps skipped for non-finite gradients or updates (policy
     "skip")."""
-    return self._policy.skipped_steps
+    return self._core.policy.skipped_steps
+
+
+class TableLayout(abc.ABC):
+  """How an engine's tables sit in variables: the piece `EngineCore` takes.
+
+  A layout names the `TableConfig`s whose variables the core's
+  `variables_lib.TableStore` checks checkpoints against (`tables`), the
+  configuration a step trains (`step_config`: one table per user table,
+  features in `tf.nest` order), creates the variables as children of the
+  engine, and picks each trained table's path. `Unstacked` is the first
+  generation's: one variable per table. The SparseCore's stacked layout
+  (`tfemb.sparsecore.stacked_layout.StackedLayout`) keeps each table in its
+  own variable under stacked views, the names a checkpoint holds.
+  """
+
+  @property
+  @abc.abstractmethod
+  def tables(self) -> List[Any]:
+    """The configs of the variables a checkpoint holds."""
+
+  @property
+  @abc.abstractmethod
+  def step_config(self) -> resolution.Resolved:
+    """The tables and features a step trains."""
+
+  @abc.abstractmethod
+  def create(self, owner, store: variables_lib.TableStore
+            ) -> Dict[str, variables_lib.TableVariables]:
+    """Creates the variables as children of the trackable `owner`; returns
+    each trained table's, by table name."""
+
+  @abc.abstractmethod
+  def training_path(self, table, variables: variables_lib.TableVariables,
+                    partitioned: bool, options) -> TablePath:
+    """The path of `table`'s (a `step_config` table's) training steps."""
+
+  @property
+  def views(self) -> Optional[Dict[str, variables_lib.TableVariables]]:
+    """Variables a checkpoint holds in place of the tables' own, by
+    stacked table name; None where it holds the tables'."""
+    return None
+
+
+class Unstacked(TableLayout):
+  """One variable per table (and per slot), as TensorFlow's `TPUEmbedding`
+  names them."""
+
+  def __init__(self, config: resolution.Resolved):
+    self._config = config
+
+  @property
+  def tables(self) -> List[Any]:
+    return self._config.tables
+
+  @property
+  def step_config(self) -> resolution.Resolved:
+    return self._config
+
+  def create(self, owner, store):
+    return store.create(owner)
+
+  def training_path(self, table, variables, partitioned, options):
+    return table_paths.training_path(table, variables, partitioned, options)
+
+
+class EngineCore:
+  """The parts an engine computes its steps with, wired once.
+
+  Owns the resolved configuration, the table store, the tables' paths, the
+  non-finite policy and the output shapes fixed so far, and builds the
+  tables once (`build_once`). The engines are protocols over it:
+  `tfemb.host.engine.HostEmbedding` (the first generation's, under
+  `tfemb.TPUEmbedding`'s enqueue/dequeue) and `tfemb.TPUEmbeddingV2`.
+
+  Args:
+    config: the user's configuration, resolved (`tfemb.resolution`).
+    layout: the tables' `TableLayout` (`Unstacked(config)` when None).
+    strategy: the strategy the engine was created under.
+  """
+
+  def __init__(self, config: resolution.Resolved,
+               layout: Optional[TableLayout] = None, strategy=None):
+    self.config = config
+    self.layout = layout or Unstacked(config)
+    self.strategy = strategy or tf.distribute.get_strategy()
+    self.options = options_lib.get()
+    self.store = variables_lib.TableStore(self.layout.tables, self.strategy,
+                                          self.options)
+    self.policy = step.NonFinitePolicy(self.strategy)
+    self.output_shapes = [f.output_shape for f in config.features]
+    self.tables: Optional[Dict[str, variables_lib.TableVariables]] = None
+    self.paths: Optional[List[TablePath]] = None
+
+  @property
+  def built(self) -> bool:
+    return self.tables is not None
+
+  def build(self, owner, then: Optional[Callable[[Any], None]] = None):
+    """Creates the tables once, as children of `owner`, then their paths;
+    `then(tables)` runs right after, where the tables were created (the
+    engine's own variables beside them, its attributes)."""
+    if self.built:
+      return
+
+    def create(*unused_strategy):
+      if self.built:  # another replica's merge_call got here first
+        return
+      with variables_lib.unreadable_restore_dropped(owner):
+        tables = self.layout.create(owner, self.store)
+      partitioned = self.store.partitioned
+      self.paths = [
+          self.layout.training_path(t, tables[t.name], partitioned,
+                                    self.options)
+          for t in self.layout.step_config.tables]
+      if then is not None:
+        then(tables)
+      self.tables = tables
+
+    build_once(create)
+
+  def fix_shapes(self, incoming) -> None:
+    """Fixes the output shapes `incoming` gives (`tfemb.shapes.fix`)."""
+    self.output_shapes = shapes.fix(self.config.paths, self.output_shapes,
+                                    incoming)
+
+  def gather(self, feature_ids: Sequence[int], lookups) -> step.Batch:
+    """The batch's lookups of `feature_ids`, each table's ids once."""
+    return step.gather(self.layout.step_config, self.paths, feature_ids,
+                       lookups)
+
+  def activations(self, batch: step.Batch, feature_ids: Sequence[int],
+                  static_shapes=None) -> List[Any]:
+    """The flat activations of `feature_ids` (`step.activations`)."""
+    return step.activations(self.layout.step_config, batch, feature_ids,
+                            static_shapes)
+
+  def check_gradients(self, gradients) -> List[Any]:
+    """The flat gradients, checked against the output shapes."""
+    return step.check_gradients(self.config, self.output_shapes, gradients)
+
+  def apply(self, batch: step.Batch, flat_grads,
+            more: Sequence[step.Update] = ()) -> None:
+    """The batch's update, all or nothing under the policy
+    (`step.apply`)."""
+    step.apply(self.layout.step_config, batch, flat_grads, self.policy, more)

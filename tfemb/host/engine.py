@@ -21,15 +21,12 @@ on the TPU).
 from typing import Any, Optional
 
 import tensorflow as tf
-from tensorflow.python.trackable import autotrackable
-from tensorflow.python.trackable import base as trackable
 from tensorflow.python.trackable import data_structures
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
 from tfemb import heap
 from tfemb import inputs
 from tfemb import optimizers
-from tfemb import options as options_lib
 from tfemb import resolution
 from tfemb import shapes
 from tfemb.host import core
@@ -38,13 +35,11 @@ from tfemb.host import protocol
 from tfemb.host import step
 from tfemb.host import tables as table_paths
 from tfemb.host import variables as variables_lib
-from tfemb.serving import savedmodel
 
 _no_autograph = tf.autograph.experimental.do_not_convert
 
 
-class HostEmbedding(core.NonFiniteControls,
-                    autotrackable.AutoTrackable):
+class HostEmbedding(core.Engine):
   """`tf.tpu.experimental.embedding.TPUEmbedding`, computed on the host.
 
   Args:
@@ -77,20 +72,11 @@ class HostEmbedding(core.NonFiniteControls,
         raise ValueError(f"Table {table.name!r}: only float32 tables are "
                          f"supported, got dtype {table.dtype.name}.")
     self._feature_config = feature_config
-    self._strategy = tf.distribute.get_strategy()
     self._pipeline_execution_with_tensor_core = (
         pipeline_execution_with_tensor_core)
-    self._options = data_structures.NoDependency(options_lib.get())
-    self._config = data_structures.NoDependency(config)
+    self._core = data_structures.NoDependency(core.EngineCore(config))
     self._table_config = config.tables  # as TensorFlow's attribute
-    self._output_shapes = [f.output_shape for f in config.features]
-    self._store = data_structures.NoDependency(
-        variables_lib.TableStore(config.tables, self._strategy,
-                                 self._options))
-    self._policy = data_structures.NoDependency(
-        step.NonFinitePolicy(self._strategy))
     self._queue = data_structures.NoDependency(protocol.Queue())
-    self._built = False
 
   # --- tables -------------------------------------------------------------
 
@@ -102,9 +88,10 @@ class HostEmbedding(core.NonFiniteControls,
         `feature_config` (or an int batch size, deprecated in TF).
       per_replica_batch_size: (deprecated in TF) the batch size.
     """
-    if self._built:
+    if self._core.built:
       return
-    features = self._config.features
+    config = self._core.config
+    features = config.features
     incoming = None
     if per_replica_input_shapes is not None and not isinstance(
         per_replica_input_shapes, int):
@@ -117,47 +104,31 @@ class HostEmbedding(core.NonFiniteControls,
       if batch:
         incoming = [shapes.from_batch_size(batch, f) for f in features]
     if incoming is not None:
-      self._fix_shapes(incoming)
+      self._core.fix_shapes(incoming)
     # TF's TPU rule, for the shapes known so far (TF's TPU engine also
     # refuses a plain `build()` before any shape is known; here, as in
     # TensorFlow's serving class, the shapes then come from the first
     # enqueue).
-    shapes.check_fully_defined(self._config.paths, self._output_shapes,
+    shapes.check_fully_defined(config.paths, self._core.output_shapes,
                                known_rank_only=True)
 
-    def create(*unused_strategy):
-      with variables_lib.unreadable_restore_dropped(self):
-        self._variables = self._store.create(self)
+    def then(tables):
+      self._variables = tables  # tracked, as TensorFlow's engine does
+      self._lookup_paths = data_structures.NoDependency([
+          table_paths.OpsTable(t, tables[t.name]) for t in config.tables])
 
-    core.build_once(create)
-    tables = self._config.tables
-    self._lookup_paths = data_structures.NoDependency([
-        table_paths.OpsTable(t, self._variables[t.name]) for t in tables])
-    self._train_paths = data_structures.NoDependency([
-        table_paths.training_path(t, self._variables[t.name],
-                                  self._store.partitioned, self._options)
-        for t in tables])
-    heap.keep_freed_buffers(self._options)
-    self._built = True
-
-  def _maybe_build(self):
-    if not self._built:
-      with tf.init_scope():
-        self.build()
+    self._core.build(self, then)
+    heap.keep_freed_buffers(self._core.options)
 
   @property
-  def built(self) -> bool:
-    return self._built
+  def _output_shapes(self):
+    """The output shapes fixed so far (TensorFlow's attribute)."""
+    return self._core.output_shapes
 
-  @property
-  def resolved_config(self) -> resolution.Resolved:
-    """The configuration as resolved once (`tfemb.resolution`): features
-    and paths in `tf.nest` order, tables named, with their optimizers."""
-    return self._config
+  @_output_shapes.setter
+  def _output_shapes(self, output_shapes):
+    self._core.output_shapes = output_shapes
 
-  def _fix_shapes(self, incoming):
-    self._output_shapes = shapes.fix(self._config.paths, self._output_shapes,
-                                     incoming)
 
   # TensorFlow's TPUEmbedding copies the tables between the TPU and their
   # host variables with these (its tests call them around every check);
@@ -178,18 +149,18 @@ class HostEmbedding(core.NonFiniteControls,
     before the tables are created to shard them differently from the rest
     of the model. Lookups and updates are routed per shard.
     """
-    return self._store.partitioner
+    return self._core.store.partitioner
 
   @table_partitioner.setter
   def table_partitioner(self, partitioner):
-    if self._built:
+    if self._core.built:
       raise RuntimeError("Set table_partitioner before the tables are "
                          "created (before build() or the first enqueue).")
-    if not self._store.partitioned:
+    if not self._core.store.partitioned:
       raise ValueError(
           "table_partitioner needs the TPUEmbedding to be created under a "
-          f"ParameterServerStrategy, not {type(self._strategy).__name__}.")
-    self._store.partitioner = partitioner
+          f"ParameterServerStrategy, not {type(self._core.strategy).__name__}.")
+    self._core.store.partitioner = partitioner
 
   @property
   def embedding_tables(self):
@@ -197,7 +168,7 @@ class HostEmbedding(core.NonFiniteControls,
     objects, their resolved copies in `_table_config`, or names)."""
     self._maybe_build()
     return self._by_table({t: self._variables[t.name]["parameters"]
-                           for t in self._config.tables})
+                           for t in self._core.config.tables})
 
   @property
   def variables(self):
@@ -206,34 +177,19 @@ class HostEmbedding(core.NonFiniteControls,
     its name (as TensorFlow's serving class in fact keys it)."""
     self._maybe_build()
     return self._by_table({t: dict(self._variables[t.name])
-                           for t in self._config.tables})
+                           for t in self._core.config.tables})
 
   def _by_table(self, items):
-    aliases = {id(user): ours for user, ours in zip(self._config.user_tables,
-                                                    self._config.tables)}
+    config = self._core.config
+    aliases = {id(user): ours for user, ours in zip(config.user_tables,
+                                                    config.tables)}
     return variables_lib.ByTableConfig(items, aliases)
-
-  def _trackable_children(self, save_type=trackable.SaveType.CHECKPOINT,
-                          **kwargs):
-    children = super()._trackable_children(save_type, **kwargs)
-    if save_type == trackable.SaveType.SAVEDMODEL and self._built:
-      children = savedmodel.children(children, self._variables)
-    return children
 
   def _checkpoint_adapter(self, path: str):
     """Refuses a checkpoint of another configuration before anything of it
     is restored (or deferred until `build`): a restore is all or nothing."""
-    self._store.check_checkpoint(path)
+    self._core.store.check_checkpoint(path)
     return super()._checkpoint_adapter(path)
-
-  def _lookup_dependency(self, name, cached_dependencies=None):
-    """Refuses a checkpoint saved with other tables or another optimizer:
-    TensorFlow asks this for every child of this object in a checkpoint
-    being restored."""
-    found = super()._lookup_dependency(name, cached_dependencies)
-    if found is None and not name.startswith("_"):
-      self._store.check_checkpoint_child(name)
-    return found
 
   # --- lookups ------------------------------------------------------------
 
@@ -250,13 +206,12 @@ class HostEmbedding(core.NonFiniteControls,
   @_no_autograph
   def embedding_lookup(self, features: Any, weights: Optional[Any] = None):
     self._maybe_build()
+    config = self._core.config
     feature_ids, flat, flat_weights = feeding.flat_inputs(
-        self._config, features, weights, True)
-    lookups = feeding.lookups(self._config, feature_ids, flat, flat_weights,
-                              True)
-    batch = step.gather(self._config, self._lookup_paths, feature_ids,
-                        lookups)
-    flat = step.activations(self._config, batch, feature_ids)
+        config, features, weights, True)
+    lookups = feeding.lookups(config, feature_ids, flat, flat_weights, True)
+    batch = step.gather(config, self._lookup_paths, feature_ids, lookups)
+    flat = step.activations(config, batch, feature_ids)
     return nest.pack_sequence_as(features, flat)
 
   # --- training -------------------------------------------------------------
@@ -278,13 +233,13 @@ class HostEmbedding(core.NonFiniteControls,
     layer's, where only `batch_size` or a FeatureConfig's `output_shape`
     fix them).
     """
-    fixed = self._output_shapes
+    fixed = self._core.output_shapes
     try:
       return self._forward(self._prepare(features, weights,
                                          serving_fallback=serving_fallback))
     finally:
       if call_shapes_only:
-        self._output_shapes = fixed
+        self._core.output_shapes = fixed
 
   def _prepare(self, features, weights, tpu_rules=False,
                serving_fallback=False) -> step.Batch:
@@ -297,7 +252,7 @@ class HostEmbedding(core.NonFiniteControls,
     None (e.g. `Dataset.batch` without `drop_remainder=True`) is refused
     here as it would be on a TPU.
     """
-    config = self._config
+    config = self._core.config
     feature_ids, flat, flat_weights = feeding.flat_inputs(config, features,
                                                           weights, False)
     if tpu_rules:
@@ -316,17 +271,18 @@ class HostEmbedding(core.NonFiniteControls,
       incoming = [shapes.of_input(x, f, s)
                   for x, f, s in zip(flat, config.features, serving)]
     self._maybe_build()
-    self._fix_shapes(incoming)
+    self._core.fix_shapes(incoming)
     if tpu_rules:
-      shapes.check_fully_defined(config.paths, self._output_shapes)
+      shapes.check_fully_defined(config.paths, self._core.output_shapes)
       lookups = feeding.lookups(config, feature_ids, flat, flat_weights,
-                                False, list(self._output_shapes))
-    return step.gather(config, self._train_paths, feature_ids, lookups)
+                                False, list(self._core.output_shapes))
+    return self._core.gather(feature_ids, lookups)
 
   def _forward(self, batch: step.Batch):
-    config = self._config
+    config = self._core.config
     feature_ids = list(range(len(config.features)))
-    flat = step.activations(config, batch, feature_ids, self._output_shapes)
+    flat = self._core.activations(batch, feature_ids,
+                                  self._core.output_shapes)
     applied = []
 
     def backward(gradients):
@@ -334,9 +290,7 @@ class HostEmbedding(core.NonFiniteControls,
         raise RuntimeError(
             "apply_gradients was already called for this batch: call it once "
             "per enqueue.")
-      flat_grads = step.check_gradients(config, self._output_shapes,
-                                        gradients)
-      step.apply(config, batch, flat_grads, self._policy)
+      self._core.apply(batch, self._core.check_gradients(gradients))
       applied.append(True)  # a refused step wrote nothing: not used up
 
     return nest.pack_sequence_as(config.structure, flat), backward

@@ -11,11 +11,13 @@ with `num_weights > 0`, to the combiner's weights, which SGD trains at
 within the step: all or nothing with the tables' updates.
 """
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, Callable, List, NamedTuple, Optional
 
 import tensorflow as tf
 
 from tfemb import inputs
+from tfemb import optimizers
+from tfemb import resolution
 from tfemb import update_rules
 from tfemb import validation
 from tfemb.host import step
@@ -154,3 +156,87 @@ def weights_update(table, weights: tf.Variable, grad) -> step.Update:
     return Pending(validation.all_finite(new), lambda: weights.assign(new))
 
   return step.Update(table.name, checks, prepare)
+
+
+class CustomCombiners:
+  """An engine's features whose tables have a `CustomCombiner`: the ids
+  each example's combiner sees, its activations, and the gradient of its
+  rows and weights.
+
+  `features`: their flat indices; `weights`: each table's combiner weights
+  (`<table>/custom_combiner_variables`), by table name, once `create`d.
+  """
+
+  def __init__(self, config: resolution.Resolved):
+    self._config = config
+    self.features = [i for i, f in enumerate(config.features)
+                     if is_custom(f.table.combiner)]
+    self.weights = {}
+
+  def create(self, track: Callable[[tf.Variable, str], tf.Variable]):
+    """Creates the weights of each table whose combiner has some;
+    `track(variable, name)` makes the variable the engine's child."""
+    for table in self._config.tables:
+      combiner = table.combiner
+      if is_custom(combiner) and combiner.num_weights > 0:
+        initializer = optimizers.slot_initializers(combiner)[0]
+        name = f"{table.name}/{SLOT}"
+        self.weights[table.name] = track(
+            tf.Variable(initializer((combiner.num_weights,), tf.float32),
+                        name=name), name)
+
+  def _where(self, i: int) -> str:
+    return validation.feature(self._config.paths[i],
+                              self._config.features[i].table.name)
+
+  def _weights(self, table) -> Optional[tf.Variable]:
+    return self.weights[table.name] if table.combiner.num_weights else None
+
+  def lookup(self, flat, flat_weights, output_shapes):
+    """`({feature: Lookup}, {feature: Kept})` of the batch's flat inputs."""
+    lookups, kept = {}, {}
+    for i in self.features:
+      lookups[i], kept[i] = lookup(
+          self._config.paths[i], flat[i], flat_weights[i],
+          self._config.features[i], output_shapes[i].num_elements())
+    return lookups, kept
+
+  def combine(self, flat, kept, output_shapes):
+    """`flat` with each custom feature's rows combined per example, and
+    those rows, by feature."""
+    rows = {}
+    for i in self.features:
+      rows[i] = flat[i]
+      table = self._config.features[i].table
+      flat[i] = tf.reshape(
+          combine(self._where(i), table.combiner, kept[i], rows[i],
+                  self._weights(table)),
+          output_shapes[i].concatenate([table.dim]))
+    return flat, rows
+
+  def backward(self, flat_grads, kept, rows, output_shapes
+              ) -> List[step.Update]:
+    """Replaces each custom feature's activation gradient in `flat_grads`
+    with its rows'; returns the weights' updates (SGD on the global
+    batch's gradient)."""
+    updates = []
+    for i in self.features:
+      table = self._config.features[i].table
+      grad = flat_grads[i]
+      if grad is None:
+        grad = tf.zeros(output_shapes[i].concatenate([table.dim]))
+      flat_grads[i], weight_grad = backward(
+          self._where(i), table.combiner, kept[i], rows[i],
+          self._weights(table), tf.reshape(grad, [-1, table.dim]))
+      if weight_grad is not None:
+        updates.append((table, weight_grad))
+    context = tf.distribute.get_replica_context()
+    more = []
+    for table, weight_grad in updates:
+      # Summed outside the step's lock, which one replica may hold while
+      # another waits for it here.
+      if context is not None and context.num_replicas_in_sync > 1:
+        weight_grad = context.all_reduce("sum", weight_grad)
+      more.append(weights_update(table, self.weights[table.name],
+                                 weight_grad))
+    return more

@@ -1,0 +1,43 @@
+"""A batch's lookups, as `TPUEmbeddingV2.enqueue` prepares them.
+
+Each input follows TensorFlow 2.21's `TPUEmbeddingV2` input rules
+(`tfemb.sparsecore.feeding`); a feature whose table has a `CustomCombiner`
+keeps the ids its combiner sees (`tfemb.sparsecore.combiner`); the others
+are looked up as the host engine looks them up (`tfemb.host.feeding`),
+then held to the SparseCore's limits per chip where a
+`SparseCoreEmbeddingConfig` sets them (`tfemb.sparsecore.enforce`).
+"""
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
+
+from tfemb import resolution
+from tfemb.host import feeding
+from tfemb.sparsecore import combiner as combiner_lib
+from tfemb.sparsecore import enforce
+from tfemb.sparsecore.feeding import prepare
+
+
+def lookups(config: resolution.Resolved, features: Any, weights: Any,
+            output_shapes, combiners: combiner_lib.CustomCombiners,
+            id_limits: Optional[enforce.IdLimits]
+           ) -> Tuple[List[int], List[Any], Dict[int, combiner_lib.Kept]]:
+  """`(feature ids, their lookups, {custom feature: its kept ids})` of a
+  batch of any subset of the configured features."""
+  feature_ids, _, flat_weights = feeding.flat_inputs(
+      config, features, weights, False)
+  flat, flat_weights = zip(*(
+      prepare(path, feature, x, w) for path, feature, x, w in zip(
+          config.paths, config.features, nest.flatten(features),
+          flat_weights)))
+  regular = [i for i in feature_ids if i not in combiners.features]
+  by_feature = dict(zip(regular, feeding.lookups(
+      config, regular, [flat[i] for i in regular],
+      [flat_weights[i] for i in regular], False, output_shapes)))
+  combined, kept = combiners.lookup(flat, flat_weights, output_shapes)
+  by_feature.update(combined)
+  if id_limits is not None:
+    by_feature.update(zip(regular, id_limits.apply(
+        regular, [by_feature[i] for i in regular])))
+  return feature_ids, [by_feature[i] for i in feature_ids], kept

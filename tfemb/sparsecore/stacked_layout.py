@@ -1,0 +1,93 @@
+"""The SparseCore's stacked layout, as the piece the engine core takes.
+
+`TPUEmbeddingV2`'s tables are stacked as TensorFlow stacks them (its
+layout stacker, `tfemb.sparsecore.layout`): each table is trained in its
+own variable of TensorFlow's padded shape, each id at the row the
+SparseCore keeps it in, and a checkpoint holds stacked views over them
+(`tfemb.sparsecore.stacked_variables`) under TensorFlow's names. This
+`TableLayout` gives `tfemb.host.core.EngineCore` those variables and each
+table's path (`CustomOptimizer`s included: `tfemb.sparsecore.custom`).
+"""
+
+from typing import Any, Dict, List
+
+import tensorflow as tf
+
+from tfemb import resolution
+from tfemb.host import core
+from tfemb.host import tables as table_paths
+from tfemb.sparsecore import custom
+from tfemb.sparsecore import layout as layout_lib
+from tfemb.sparsecore import stacked as stacked_lib
+from tfemb.sparsecore import stacked_variables
+
+_DEFAULT_SC_PER_CHIP = 4  # TensorFlow's, when the hardware does not say
+
+
+class StackedLayout(core.TableLayout):
+  """The tables of `config` stacked for `num_chips` chips of 4 SparseCores,
+  as TensorFlow stacks them under `sparse_core_embedding_config` (None:
+  its defaults).
+
+  `stacking`: TensorFlow's stacking (`tfemb.sparsecore.layout`); `views`:
+  once created, `{stacked table: {"parameters": StackedVariable, slot:
+  StackedVariable}}`, what a checkpoint holds.
+  """
+
+  def __init__(self, config: resolution.Resolved, num_chips: int,
+               sparse_core_embedding_config=None):
+    self.stacking = layout_lib.stack(
+        config.tables, list(zip(config.paths, config.features)), num_chips,
+        _DEFAULT_SC_PER_CHIP, sparse_core_embedding_config)
+    self._stacked_tables, self._trained = stacked_lib.stacked_config(
+        config, self.stacking)
+    self._vocabulary = {t.name: t.vocabulary_size for t in config.tables}
+    self._dims = {t.name: t.dim for t in config.tables}
+    # What creates the tables' own variables; not tracked by the engine.
+    self._holder = stacked_variables.TablesHolder()
+    self._views: Dict[str, Dict[str, Any]] = {}
+
+  @property
+  def tables(self) -> List[Any]:
+    """One config per stacked table, TensorFlow's padded shape."""
+    return self._stacked_tables
+
+  @property
+  def step_config(self) -> resolution.Resolved:
+    """One table per user table, its own variable's padded shape."""
+    return self._trained
+
+  @property
+  def views(self) -> Dict[str, Dict[str, Any]]:
+    return self._views
+
+  def remap(self, table_name: str) -> table_paths.Remap:
+    """Where the ids of the user's table `table_name` sit in its variable."""
+    return stacked_lib.remap(self.stacking, table_name,
+                             self._vocabulary[table_name])
+
+  def create(self, owner, store):
+    self._views, tables = stacked_variables.create(
+        owner, self._holder, self.stacking, store, self._stacked_tables,
+        self._trained)
+    return tables
+
+  def padded(self, flat_grads) -> List[Any]:
+    """Each feature's gradient (or None), zero-padded to the dim of its
+    table's variable."""
+    out = []
+    for grad, feature in zip(flat_grads, self._trained.features):
+      extra = feature.table.dim - self._dims[feature.table.name]
+      out.append(grad if grad is None or not extra else tf.pad(
+          grad, [[0, 0]] * (grad.shape.rank - 1) + [[0, extra]]))
+    return out
+
+  def unpadded(self, flat) -> List[Any]:
+    """Each feature's activations, without its table's padded columns."""
+    return [a if a.shape[-1] == self._dims[f.table.name] else
+            a[..., :self._dims[f.table.name]]
+            for a, f in zip(flat, self._trained.features)]
+
+  def training_path(self, table, variables, partitioned, options):
+    return custom.training_path(table, variables, partitioned, options,
+                                self.remap(table.name))
