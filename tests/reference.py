@@ -1,8 +1,8 @@
 """The numpy oracle: docs/numerics.md, written out in plain numpy.
 
-This module is the only source of expected numbers in the tests. It never
-imports tfemb. Inputs are plain Python: per example, a list of ids and a list
-of weights.
+This module is the only source of expected numbers in the tests (the rule:
+tests/test_reference_only.py). It never imports tfemb. Inputs are plain
+Python: per example, a list of ids and a list of weights.
 """
 
 import numpy as np
@@ -66,6 +66,15 @@ def row_gradients(pairs):
   for i, g in pairs:
     grads[i] = grads.get(i, 0.0) + np.asarray(g, np.float64)
   return grads
+
+
+def dense(grads, shape):
+  """{id: gradient} as one `shape` array: the gradient with respect to the
+  whole table (a row no id looked up is zero)."""
+  out = np.zeros(shape, np.float64)
+  for i, g in grads.items():
+    out[i] = g
+  return out
 
 
 def positional(table, rows, weights, valency):
@@ -176,6 +185,12 @@ def update_row(kind, p, w, g, s, lr):
   return new_w, new_s
 
 
+def adam_learning_rate(lr, beta_1, beta_2, t):
+  """docs/numerics.md, 'Learning rates': Adam's bias correction folded into
+  the learning rate of step `t` (counted from 1; an array gives each)."""
+  return lr * np.sqrt(1 - beta_2 ** t) / (1 - beta_1 ** t)
+
+
 class Table:
   """A table and its slots under one optimizer, updated the TPU's way."""
 
@@ -197,3 +212,37 @@ class Table:
                                     lr)
       for k, v in new_s.items():
         self.slots[k][i] = v
+
+
+# --- a CustomOptimizer's computation -----------------------------------------
+
+def row_norm_adagrad(table, seen, grads, lr):
+  """The tests' row-norm `CustomOptimizer` (`_row_norm_slot` in
+  tests/test_sparsecore_engine.py): Adagrad (docs/numerics.md, 'Adagrad')
+  with one accumulator per row, a slot of `slot_dims` 1
+  (docs/sparsecore.md, `CustomOptimizer`). It runs on the touched rows,
+  each with its summed gradient `g`:
+
+    seen' = seen + sum_j g_j^2
+    w'    = w - lr * g / sqrt(seen')
+
+  `table`: `[rows, dim]`; `seen`: `[rows]`; `grads`: {id: summed gradient}.
+  Returns the new (table, seen); other rows and their `seen` are kept."""
+  w = np.asarray(table, np.float64).copy()
+  seen = np.asarray(seen, np.float64).copy()
+  for i, g in grads.items():
+    seen[i] += (g * g).sum()
+    w[i] -= lr * g / np.sqrt(seen[i])
+  return w, seen
+
+
+# --- a Keras head ------------------------------------------------------------
+
+def linear_head_step(x, kernel, labels, lr):
+  """A Dense(1) head without bias (`kernel`: `[features, 1]`) on `x`,
+  trained one step by SGD on the mean squared error (Keras's "mse": the mean
+  over the batch of (label - prediction)^2). Returns (the loss, the kernel
+  after the step)."""
+  pred = (x @ kernel)[:, 0]
+  loss = np.mean((labels - pred) ** 2)
+  return loss, kernel - lr * x.T @ (2 * (pred - labels) / len(labels))[:, None]

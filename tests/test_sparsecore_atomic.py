@@ -185,7 +185,9 @@ def numpy_step(state, knobs):
   pairs, weight_grad = reference.positional_gradients(
       state["c"]["parameters"], IDS_C, cw, 2, coef["c"])
   new["c"] = updated("c", "sgd", {}, pairs, LR_C)
-  new["combiner"] = cw - float(knobs.lr_c.numpy()) * weight_grad
+  # The combiner's weights: SGD (docs/sparsecore.md, `CustomCombiner`).
+  new["combiner"], _ = reference.rule("sgd", {}, cw, weight_grad, {},
+                                      float(knobs.lr_c.numpy()))
   new["d"] = updated("d", "sgd", {}, zip(IDS["d"], coef["d"]), LR_D)
   return new
 

@@ -373,16 +373,16 @@ def test_a_custom_optimizer_with_a_one_dimensional_slot():
       slot_initializers=[tf.constant_initializer(1.0)], slot_dims=[1]))
   assert embedding.variables["t"]["seen"].shape.rank == 1
   coef = np.array([[1, 2, 3, 4], [1, 1, 1, 1], [0.5, 0, 0, -1]], np.float32)
-  w = w.astype(np.float64)
-  rows = embedding.variables["t"]["seen"].shape[0]
-  seen = np.ones(rows)
-  stacking = embedding._stacking  # pylint: disable=protected-access
   ids = [1, 4, 1]
   _custom_steps(embedding, [ids], coef)
-  for i, g in _summed(ids, coef).items():
-    r = int(layout.stacked_rows_numpy(stacking, "t", np.array([i]))[0])
-    seen[r] += (g * g).sum()
-    w[i] -= 0.1 * g / np.sqrt(seen[r])
+  w, seen_by_id = reference.row_norm_adagrad(w, np.ones(len(w)),
+                                             _summed(ids, coef), 0.1)
+  # The slot is stacked: id i's value sits at its stacked row (the padding
+  # rows keep their initial 1).
+  seen = np.ones(embedding.variables["t"]["seen"].shape[0])
+  stacking = embedding._stacking  # pylint: disable=protected-access
+  seen[layout.stacked_rows_numpy(stacking, "t", np.arange(len(w)))] = (
+      seen_by_id)
   np.testing.assert_allclose(embedding.variables["t"]["seen"].numpy(), seen,
                              rtol=1e-6)
   np.testing.assert_allclose(unstacked_parameters(embedding), w, rtol=1e-6)
