@@ -5,15 +5,17 @@ TPUEmbeddingV2`. Under a `TPUStrategy` this class returns TensorFlow's own;
 anywhere else it runs the same protocol on the host engine's parts, with
 the numbers TensorFlow 2.21 sends to the SparseCore (docs/sparsecore.md):
 
-* tables stacked as TensorFlow stacks them (`tfemb.sparsecore.layout`,
+* tables stacked as TensorFlow stacks them (`tfemb.sparsecore.table_stacking`,
   TensorFlow's own stacker): a stacked variable per stacked table, keyed
   by its name, of TensorFlow's padded shape, each id of a table at the row
   the SparseCore keeps it in, over each table's own variable, which the
   host trains (`tfemb.sparsecore.stacked_variables`); the layouts are
-  saved with a checkpoint as TensorFlow saves them;
+  saved with a checkpoint as TensorFlow saves them
+  (`tfemb.sparsecore.checkpoint_layouts`);
 * the rules of docs/numerics.md on the global batch's summed gradient of
   the touched rows, without gradient or weight clipping
-  (`tfemb.sparsecore.custom`), and `CustomOptimizer`s;
+  (`tfemb.sparsecore.applied_optimizer`), and `CustomOptimizer`s
+  (`tfemb.sparsecore.custom_table`);
 * `(activations, preserved) = embedding(features, weights)`, then
   `embedding.apply_gradients(gradients, preserved)`.
 """
@@ -36,15 +38,17 @@ from tfemb.host import feeding
 from tfemb.host import step
 from tfemb.host import variables as variables_lib
 from tfemb.serving import savedmodel
+from tfemb.sparsecore import applied_optimizer
+from tfemb.sparsecore import checkpoint_layouts
 from tfemb.sparsecore import combiner as combiner_lib
-from tfemb.sparsecore import custom
-from tfemb.sparsecore import enforce
-from tfemb.sparsecore import feeding as v2_feeding
-from tfemb.sparsecore import layout as layout_lib
+from tfemb.sparsecore import custom_table
+from tfemb.sparsecore import input_rules
+from tfemb.sparsecore import limit_enforcement
 from tfemb.sparsecore.preserved import Preserved
-from tfemb.sparsecore import stacked as stacked_lib
+from tfemb.sparsecore import sparse_core_stats
 from tfemb.sparsecore import stacked_variables
-from tfemb.sparsecore import stats
+from tfemb.sparsecore import table_stacking
+from tfemb.sparsecore import trained_config
 from tfemb.tpu import delegate
 
 _no_autograph = tf.autograph.experimental.do_not_convert
@@ -91,7 +95,7 @@ class TPUEmbeddingV2(core.NonFiniteControls,
             f"Feature {path!r}: TPUEmbeddingV2 needs a fully defined "
             "per-replica output_shape in its FeatureConfig (e.g. "
             f"output_shape=[batch_size]); got {feature.output_shape}.")
-    custom.check_weight_decay(config.tables)
+    applied_optimizer.check_weight_decay(config.tables)
     self._strategy = tf.distribute.get_strategy()
     self._feature_config = feature_config
     self._pipeline_execution_with_tensor_core = (
@@ -99,12 +103,12 @@ class TPUEmbeddingV2(core.NonFiniteControls,
     self._sparse_core_embedding_config = sparse_core_embedding_config
     self._options = data_structures.NoDependency(options_lib.get())
     self._config = data_structures.NoDependency(config)
-    stacking = layout_lib.stack(
+    stacking = table_stacking.stack(
         config.tables, list(zip(config.paths, config.features)),
         self._strategy.num_replicas_in_sync, _DEFAULT_SC_PER_CHIP,
         sparse_core_embedding_config)
     self._stacking = data_structures.NoDependency(stacking)
-    stacked_tables, trained = stacked_lib.stacked_config(config, stacking)
+    stacked_tables, trained = trained_config.stacked_config(config, stacking)
     self._stacked = data_structures.NoDependency(trained)
     self._table_config = stacked_tables  # as TensorFlow's attribute
     self._output_shapes = [f.output_shape for f in config.features]
@@ -115,7 +119,8 @@ class TPUEmbeddingV2(core.NonFiniteControls,
     self._combiner_vars = data_structures.NoDependency({})
     self._id_limits = data_structures.NoDependency(
         None if sparse_core_embedding_config is None else
-        enforce.IdLimits(stacking, config, sparse_core_embedding_config))
+        limit_enforcement.IdLimits(stacking, config,
+                                   sparse_core_embedding_config))
     self._policy = data_structures.NoDependency(
         step.NonFinitePolicy(self._strategy))
     self._adapter = data_structures.NoDependency(None)
@@ -148,14 +153,15 @@ class TPUEmbeddingV2(core.NonFiniteControls,
                 tf.Variable(initializer((combiner.num_weights,), tf.float32),
                             name=name), name)
       self._track_trackable(
-          stacked_lib.LayoutsTrackable(
+          checkpoint_layouts.LayoutsTrackable(
               self._stacking.layouts_proto().SerializeToString()),
           tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY)
       self._train_paths = data_structures.NoDependency([
-          custom.training_path(t, self._tables[user.name],
-                               self._store.partitioned, self._options,
-                               stacked_lib.remap(self._stacking, user.name,
-                                                 user.vocabulary_size))
+          custom_table.training_path(t, self._tables[user.name],
+                                     self._store.partitioned, self._options,
+                                     trained_config.remap(
+                                         self._stacking, user.name,
+                                         user.vocabulary_size))
           for t, user in zip(self._stacked.tables, self._config.tables)])
       self._built = True
 
@@ -203,8 +209,8 @@ class TPUEmbeddingV2(core.NonFiniteControls,
     """`{user table name: (its own variables, where its ids sit in them)}`."""
     self._maybe_build()
     return {t.name: (dict(self._tables[t.name]),
-                     stacked_lib.remap(self._stacking, t.name,
-                                       t.vocabulary_size))
+                     trained_config.remap(self._stacking, t.name,
+                                          t.vocabulary_size))
             for t in self._config.tables}
 
   @property
@@ -217,10 +223,10 @@ class TPUEmbeddingV2(core.NonFiniteControls,
     checkpoint this object cannot restore whole (a restore is all or
     nothing); returns what rearranges a checkpoint of unstacked tables or
     of another layout into the stacked variables as they are created
-    (`tfemb.sparsecore.checkpoints`), None for one of this layout."""
+    (`tfemb.sparsecore.checkpoint_adapter`), None for one of this layout."""
     # TensorFlow's checkpoint adapters (2.17 on) call this; older ones never.
-    from tfemb.sparsecore import checkpoints  # pylint: disable=g-import-not-at-top
-    self._adapter = checkpoints.checked_adapter(
+    from tfemb.sparsecore import checkpoint_adapter  # pylint: disable=g-import-not-at-top
+    self._adapter = checkpoint_adapter.checked_adapter(
         path, self._stacking, self._store, self._table_config,
         self._config.tables, self._built)
     return self._adapter
@@ -272,7 +278,7 @@ class TPUEmbeddingV2(core.NonFiniteControls,
     feature_ids, _, flat_weights = feeding.flat_inputs(
         config, features, weights, False)
     flat, flat_weights = zip(*(
-        v2_feeding.prepare(path, feature, x, w) for path, feature, x, w in zip(
+        input_rules.prepare(path, feature, x, w) for path, feature, x, w in zip(
             config.paths, config.features, nest.flatten(features),
             flat_weights)))
     regular = [i for i in feature_ids if i not in self._custom]
@@ -380,8 +386,8 @@ class TPUEmbeddingV2(core.NonFiniteControls,
                                 sparse_core_embedding_config: Optional[
                                     Any] = None):
     """TensorFlow's `compute_sparse_core_stats`, on any CPU
-    (`tfemb.sparsecore.stats`)."""
-    return stats.compute_sparse_core_stats(
+    (`tfemb.sparsecore.sparse_core_stats`)."""
+    return sparse_core_stats.compute_sparse_core_stats(
         features, feature_config, num_tpu_chips, num_sc_per_chip, optimizer,
         sparse_core_embedding_config)
 
