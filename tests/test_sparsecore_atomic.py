@@ -21,7 +21,7 @@ import tensorflow as tf
 import helpers
 import reference
 import tfemb
-from tfemb.sparsecore import layout
+from tfemb.sparsecore import table_stacking
 
 pytestmark = pytest.mark.requires_tensorflow("2.17")
 
@@ -150,7 +150,7 @@ def unstacked(embedding):
   stacking = embedding._stacking  # pylint: disable=protected-access
   out = {}
   for name, table in stacking.tables.items():
-    rows = layout.stacked_rows_numpy(stacking, name, np.arange(VOCAB))
+    rows = table_stacking.stacked_rows_numpy(stacking, name, np.arange(VOCAB))
     out[name] = {
         n: v.numpy()[rows, :DIM].astype(np.float64)
         for n, v in embedding.variables[table.stacked_table_name].items()}
@@ -451,7 +451,7 @@ def test_threads_lose_no_custom_update(mode):
                (threads * steps + 1) * lr)
   want = oracle.w
   stacking = embedding._stacking  # pylint: disable=protected-access
-  rows = layout.stacked_rows_numpy(stacking, "t", np.arange(VOCAB))
+  rows = table_stacking.stacked_rows_numpy(stacking, "t", np.arange(VOCAB))
   got = embedding.variables["t"]["parameters"].numpy()[rows, :DIM]
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 

@@ -16,7 +16,7 @@ from tensorflow.python.trackable import base as trackable_base
 import tfemb
 from test_sparsecore_engine import (VOCAB, DIM, _mirrored, batches, inputs,
                                     make, train)
-from tfemb.sparsecore import layout
+from tfemb.sparsecore import table_stacking
 
 # The SparseCore host engine needs TensorFlow's stacker (2.17 on).
 pytestmark = pytest.mark.requires_tensorflow("2.17")
@@ -160,13 +160,13 @@ def tpu_checkpoint(features, num_chips, path):
   under `_sparse_core_table_layouts`; values distinct per table and row."""
   from tfemb import resolution  # pylint: disable=g-import-not-at-top
   config = resolution.resolve(features, None)
-  stacking = layout.stack(config.tables,
-                          list(zip(config.paths, config.features)),
-                          num_chips, 4)
+  stacking = table_stacking.stack(config.tables,
+                                  list(zip(config.paths, config.features)),
+                                  num_chips, 4)
   arrays = {n: np.arange(VOCAB[n] * DIM[n], dtype=np.float32).reshape(
       VOCAB[n], DIM[n]) + 1000 * i for i, n in enumerate(sorted(VOCAB))}
   holder = trackable_base.Trackable()
-  for name, value in layout.to_stacked(stacking, arrays).items():
+  for name, value in table_stacking.to_stacked(stacking, arrays).items():
     holder._track_trackable(tf.Variable(value, name=name), name)  # pylint: disable=protected-access
   holder._track_trackable(  # pylint: disable=protected-access
       tf.Variable(stacking.layouts_proto().SerializeToString()),

@@ -18,7 +18,7 @@ import tensorflow as tf
 import helpers
 import reference
 import tfemb
-from tfemb.sparsecore import layout
+from tfemb.sparsecore import table_stacking
 
 # The SparseCore host engine needs TensorFlow's stacker (2.17 on).
 pytestmark = pytest.mark.requires_tensorflow("2.17")
@@ -108,7 +108,7 @@ def unstacked(embedding):
   stacking = embedding._stacking  # pylint: disable=protected-access
   out = {}
   for slot in next(iter(variables.values())):
-    arrays = layout.to_unstacked(
+    arrays = table_stacking.to_unstacked(
         stacking, {n: v[slot] for n, v in variables.items()})
     for name, value in arrays.items():
       out.setdefault(name, {})[slot] = value
@@ -274,7 +274,7 @@ def test_replicas_train_on_the_global_batch_sum(replicas):
   for key, variable in mirrored.variables["a_b_c"].items():
     assert len(variable.values) == replicas
     for copy in variable.values:
-      got = layout.to_unstacked(stacking, {"a_b_c": copy.numpy()})
+      got = table_stacking.to_unstacked(stacking, {"a_b_c": copy.numpy()})
       for table, value in got.items():
         np.testing.assert_allclose(value, want[table][key], rtol=1e-5,
                                    atol=1e-6, err_msg=f"{table}/{key}")
@@ -381,7 +381,7 @@ def test_a_custom_optimizer_with_a_one_dimensional_slot():
   # rows keep their initial 1).
   seen = np.ones(embedding.variables["t"]["seen"].shape[0])
   stacking = embedding._stacking  # pylint: disable=protected-access
-  seen[layout.stacked_rows_numpy(stacking, "t", np.arange(len(w)))] = (
+  seen[table_stacking.stacked_rows_numpy(stacking, "t", np.arange(len(w)))] = (
       seen_by_id)
   np.testing.assert_allclose(embedding.variables["t"]["seen"].numpy(), seen,
                              rtol=1e-6)
@@ -390,7 +390,7 @@ def test_a_custom_optimizer_with_a_one_dimensional_slot():
 
 def unstacked_parameters(embedding):
   stacking = embedding._stacking  # pylint: disable=protected-access
-  return layout.to_unstacked(
+  return table_stacking.to_unstacked(
       stacking, {"t": embedding.variables["t"]["parameters"].numpy()})["t"]
 
 
@@ -512,7 +512,7 @@ def test_a_weighted_custom_combiner_trains_its_weights_by_sgd():
                                                          2, coef)
     oracle.apply(reference.row_gradients(pairs), 0.5)
     cw = cw - 0.1 * weight_grads
-  got = layout.to_unstacked(
+  got = table_stacking.to_unstacked(
       stacking, {"t": embedding.embedding_tables["t"].numpy()})["t"]
   np.testing.assert_allclose(got, oracle.w, rtol=1e-5)
   np.testing.assert_allclose(
@@ -576,7 +576,7 @@ def test_custom_optimizer_and_combiner_under_mirrored_sum_the_global_batch():
   for key, want in (("parameters", oracle.w),
                     ("acc", oracle.slots["accumulators"])):
     for copy in embedding.variables["t"][key].values:
-      got = layout.to_unstacked(stacking, {"t": copy.numpy()})["t"]
+      got = table_stacking.to_unstacked(stacking, {"t": copy.numpy()})["t"]
       np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=key)
   weights = embedding._combiner_vars["t"]  # pylint: disable=protected-access
   assert len(weights.values) == 2

@@ -1,5 +1,5 @@
-"""`tfemb.sparsecore.layout` stacks and lays out tables as TensorFlow 2.21's
-`TPUEmbeddingV2` does.
+"""`tfemb.sparsecore.table_stacking` stacks and lays out tables as
+TensorFlow 2.21's `TPUEmbeddingV2` does.
 
 The expected numbers come from TensorFlow's own code, all of which runs on
 the CPU: `_stack_tables_with_same_table_dim_and_optimizer` (on TensorFlow's
@@ -25,7 +25,7 @@ from tensorflow.python.util import nest
 # pylint: enable=g-direct-tensorflow-import
 
 import tfemb
-from tfemb.sparsecore import layout
+from tfemb.sparsecore import table_stacking
 
 tf_emb = tf.tpu.experimental.embedding
 SC_PER_CHIP = 4
@@ -69,7 +69,7 @@ def tensorflow_stacking(config, partitions, disable=False):
 
 
 def ours(config, partitions, disable=False):
-  return layout.stack(
+  return table_stacking.stack(
       tables_of(config), flat(config), partitions, SC_PER_CHIP,
       tf_emb.SparseCoreEmbeddingConfig(disable_table_stacking=disable))
 
@@ -194,7 +194,7 @@ def test_given_layouts_are_kept():
 def test_to_stacked_is_the_adapters(partitions):
   stacking = ours(feature_config(tfemb), partitions)
   arrays = distinct_arrays(stacking)
-  stacked = layout.to_stacked(stacking, arrays)
+  stacked = table_stacking.to_stacked(stacking, arrays)
   adapter = adapter_lib.TpuEmbeddingV3CheckpointAdapter(None)
   adapter.initialize_reshard_callbacks(stacking.embedding_layouts())
   for name, table in stacking.stacked_tables.items():
@@ -270,7 +270,7 @@ def test_adapter_restores_an_unstacked_checkpoint_as_to_stacked(
   embedding = TPUEmbeddingV2(stacking)
   tf.train.Checkpoint(embedding=embedding).restore(path).expect_partial()
   embedding.build()
-  expected = layout.to_stacked(stacking, arrays)
+  expected = table_stacking.to_stacked(stacking, arrays)
   assert set(embedding.values) == set(expected)
   for name, variable in embedding.values.items():
     np.testing.assert_array_equal(variable.numpy(), expected[name])
@@ -292,7 +292,7 @@ def save_stacked(stacking, stacked, path):
 def test_tensorflow_serving_reads_a_stacked_checkpoint(partitions, tmp_path):
   stacking = ours(feature_config(tfemb), partitions)
   arrays = distinct_arrays(stacking)
-  path = save_stacked(stacking, layout.to_stacked(stacking, arrays),
+  path = save_stacked(stacking, table_stacking.to_stacked(stacking, arrays),
                       os.path.join(tmp_path, "stacked"))
   serving = tf_emb.TPUEmbeddingForServing(feature_config(tf_emb), None)
   tf.train.Checkpoint(embedding=serving).restore(path)
@@ -312,14 +312,14 @@ def test_adapter_reshards_to_another_partition_count_as_to_stacked(
   source = ours(feature_config(tfemb), partitions)
   target = ours(feature_config(tfemb), {1: 2, 2: 4, 4: 1}[partitions])
   arrays = distinct_arrays(source)
-  stacked = layout.to_stacked(source, arrays)
+  stacked = table_stacking.to_stacked(source, arrays)
   path = save_stacked(source, stacked, os.path.join(tmp_path, "stacked"))
   adapter = adapter_lib.TpuEmbeddingV3CheckpointAdapter.create_from_checkpoint(
       path)
   assert adapter.is_layouts_same(source.embedding_layouts())
   assert not adapter.is_layouts_same(target.embedding_layouts())
   adapter.initialize_reshard_callbacks(target.embedding_layouts())
-  expected = layout.to_stacked(target, arrays)
+  expected = table_stacking.to_stacked(target, arrays)
   for name, table in target.stacked_tables.items():
     callback = adapter.get_reshard_callback(name)
     keys, _ = callback.update_restore_inputs(f"embedding/{name}/x", "")
@@ -334,10 +334,10 @@ def test_adapter_reshards_to_another_partition_count_as_to_stacked(
 def test_round_trip_and_zero_padding(partitions):
   stacking = ours(feature_config(tfemb), partitions)
   arrays = distinct_arrays(stacking)
-  stacked = layout.to_stacked(stacking, arrays)
+  stacked = table_stacking.to_stacked(stacking, arrays)
   assert sum(np.count_nonzero(v) for v in stacked.values()) == sum(
       a.size for a in arrays.values())
-  back = layout.to_unstacked(stacking, stacked)
+  back = table_stacking.to_unstacked(stacking, stacked)
   assert list(back) == list(arrays)
   for name, array in arrays.items():
     np.testing.assert_array_equal(back[name], array)
@@ -349,18 +349,18 @@ def test_stacked_rows_find_each_id(partitions, dtype):
   stacking = ours(feature_config(tfemb), partitions)
   expected_tf = tensorflow_stacking(feature_config(tf_emb), partitions)
   arrays = distinct_arrays(stacking)
-  stacked = layout.to_stacked(stacking, arrays)
+  stacked = table_stacking.to_stacked(stacking, arrays)
   rng = np.random.default_rng(partitions)
   n = partitions * SC_PER_CHIP
   for name, table in stacking.tables.items():
     ids = rng.integers(0, table.vocabulary_size, size=64)
-    rows = layout.stacked_rows(stacking, name, tf.constant(ids, dtype))
+    rows = table_stacking.stacked_rows(stacking, name, tf.constant(ids, dtype))
     assert rows.dtype == dtype
-    traced = tf.function(layout.stacked_rows)(stacking, name,
-                                              tf.constant(ids, dtype))
+    traced = tf.function(table_stacking.stacked_rows)(
+        stacking, name, tf.constant(ids, dtype))
     np.testing.assert_array_equal(rows.numpy(), traced.numpy())
     np.testing.assert_array_equal(
-        layout.stacked_rows_numpy(stacking, name, ids), rows.numpy())
+        table_stacking.stacked_rows_numpy(stacking, name, ids), rows.numpy())
     value = stacked[table.stacked_table_name]
     np.testing.assert_array_equal(value[rows.numpy(), :table.dim],
                                   arrays[name][ids])
@@ -387,15 +387,16 @@ def test_bad_input():
   stacking = ours(feature_config(tfemb), 1)
   arrays = distinct_arrays(stacking)
   with pytest.raises(ValueError, match="tables"):
-    layout.to_stacked(stacking, {"a": arrays["a"]})
+    table_stacking.to_stacked(stacking, {"a": arrays["a"]})
   with pytest.raises(ValueError, match="'b' has shape"):
-    layout.to_stacked(stacking, {**arrays, "b": arrays["b"][:3]})
-  stacked = layout.to_stacked(stacking, arrays)
+    table_stacking.to_stacked(stacking, {**arrays, "b": arrays["b"][:3]})
+  stacked = table_stacking.to_stacked(stacking, arrays)
   with pytest.raises(ValueError, match="'c' has shape"):
-    layout.to_unstacked(stacking, {**stacked, "c": stacked["c"][:8]})
+    table_stacking.to_unstacked(stacking, {**stacked, "c": stacked["c"][:8]})
   table = tfemb.TableConfig(8, 4, name="t")
   with pytest.raises(ValueError, match="output_shape"):
-    layout.stack([table], [("f", tfemb.FeatureConfig(table))], 1, 4)
+    table_stacking.stack([table], [("f", tfemb.FeatureConfig(table))], 1, 4)
   with pytest.raises(ValueError, match="distinct names"):
-    layout.stack([table, tfemb.TableConfig(8, 4, name="t")],
-                 [("f", tfemb.FeatureConfig(table, output_shape=[2]))], 1, 4)
+    table_stacking.stack([table, tfemb.TableConfig(8, 4, name="t")],
+                         [("f", tfemb.FeatureConfig(table, output_shape=[2]))],
+                         1, 4)

@@ -18,7 +18,7 @@ import tensorflow as tf
 import reference
 import tfemb
 import tfemb.layers
-from tfemb.sparsecore import stats
+from tfemb.sparsecore import pipeline_report
 from tfemb.tpu import cli
 
 # The SparseCore host engine needs TensorFlow's stacker (2.17 on).
@@ -326,8 +326,8 @@ def test_the_report_counts_the_bytes_of_the_built_tables(optimizer):
         slot_names=["count"], slot_initializers=[tf.zeros_initializer()],
         slot_dims=[1])
   features = config()
-  result = stats.report([as_inputs(b) for _, b in batches()][:1], features, 1,
-                        optimizer=opt)
+  result = pipeline_report.report(
+      [as_inputs(b) for _, b in batches()][:1], features, 1, optimizer=opt)
   embedding = tfemb.TPUEmbeddingV2(features, opt)
   embedding.build()
   built = collections.Counter()

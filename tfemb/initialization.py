@@ -97,7 +97,7 @@ def fill_in_blocks(write_rows: Callable[[int, tf.Tensor], Any], shape, dtype,
   a time, in place, with `write_rows(start, block)`: `scatter_rows` for a
   variable (which holds the only reference to its buffer), a column view's
   `assign_rows` (`tfemb.interleaved_tables`). An initializer with a
-  `fill_in_blocks` method (`tfemb.sparsecore.stacked.TableInitializer`)
+  `fill_in_blocks` method (`tfemb.sparsecore.trained_config.TableInitializer`)
   writes its own blocks."""
   if hasattr(initializer, "fill_in_blocks"):
     initializer.fill_in_blocks(write_rows, shape, dtype, rows_per_block)

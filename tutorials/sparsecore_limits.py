@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfemb
-from tfemb.sparsecore import stats
+from tfemb.sparsecore import pipeline_report
 
 PER_CHIP_BATCH = 2048
 VOCAB = {"item": 50_000, "user": 20_000, "history": 50_000}
@@ -68,9 +68,9 @@ def main():
   config, optimizer = features()
 
   # 1. What the batches ask of the TPU, and what TensorFlow's defaults do.
-  first = stats.report(batches(args.batches), config, args.chips,
-                       optimizer=optimizer)
-  print(stats.format_report(first))
+  first = pipeline_report.report(batches(args.batches), config, args.chips,
+                                 optimizer=optimizer)
+  print(pipeline_report.format_report(first))
   print(f"\nWith TensorFlow's defaults (256 ids per partition), batches "
         f"that would fail: "
         f"{sum(t['failed'] for t in first['tables'].values())}")
@@ -81,8 +81,9 @@ def main():
       max_ids_per_table={n: 4096 for n in first["tables"]},
       max_unique_ids_per_table={n: 4096 for n in first["tables"]},
       allow_id_dropping=True)
-  tight = stats.report(batches(args.batches), config, args.chips,
-                       optimizer=optimizer, sparse_core_embedding_config=small)
+  tight = pipeline_report.report(batches(args.batches), config, args.chips,
+                                 optimizer=optimizer,
+                                 sparse_core_embedding_config=small)
   print(f"\nmax_ids_per_chip_per_sample=2 with allow_id_dropping: "
         f"{dropped(tight)} ids dropped over {args.batches} batches")
 
@@ -93,8 +94,9 @@ def main():
       max_ids_per_table=suggested["max_ids_per_table"],
       max_unique_ids_per_table=suggested["max_unique_ids_per_table"],
       allow_id_dropping=True)
-  final = stats.report(batches(args.batches), config, args.chips,
-                       optimizer=optimizer, sparse_core_embedding_config=tuned)
+  final = pipeline_report.report(batches(args.batches), config, args.chips,
+                                 optimizer=optimizer,
+                                 sparse_core_embedding_config=tuned)
   failed = sum(t["failed"] for t in final["tables"].values())
   print(f"\nThe suggested config: {dropped(final)} ids dropped, {failed} "
         "batches failed.")

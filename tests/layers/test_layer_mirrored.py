@@ -17,7 +17,7 @@ import helpers
 import reference
 import tfemb
 import tfemb.layers
-from tfemb.sparsecore import layout
+from tfemb.sparsecore import table_stacking
 
 keras = tf.keras
 LEGACY = os.environ.get("TF_USE_LEGACY_KERAS", "0").lower() in ("1", "true")
@@ -76,7 +76,7 @@ def fit(strategy, make_opt, v2=False):
             head.kernel.numpy())
   engine = layer._tpu_embedding  # pylint: disable=protected-access
   (stacked, variables), = engine.variables.items()
-  return ({n: layout.to_unstacked(engine._stacking, {  # pylint: disable=protected-access
+  return ({n: table_stacking.to_unstacked(engine._stacking, {  # pylint: disable=protected-access
       stacked: getattr(v, "values", [v])[0].numpy()})["items"]
            for n, v in variables.items()}, head.kernel.numpy())
 

@@ -12,7 +12,7 @@ import tensorflow as tf
 
 import tfemb
 import tfemb.layers
-from tfemb.sparsecore import layout
+from tfemb.sparsecore import table_stacking
 
 keras = tf.keras
 LEGACY = os.environ.get("TF_USE_LEGACY_KERAS", "0").lower() in ("1", "true")
@@ -60,7 +60,7 @@ def test_asked_for_v2_the_layer_trains_as_a_sparsecore(kwargs):
   (name, table), = layer.embedding_tables.items()
   assert name == "t" and table.shape == (32, 8)  # stacked, padded
   stacking = layer._tpu_embedding._stacking  # pylint: disable=protected-access
-  got = layout.to_unstacked(stacking, {"t": table.numpy()})["t"]
+  got = table_stacking.to_unstacked(stacking, {"t": table.numpy()})["t"]
   np.testing.assert_allclose(got, _expected(clip=np.inf), rtol=1e-6)
 
 

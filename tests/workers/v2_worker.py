@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfemb
-from tfemb.sparsecore import layout
+from tfemb.sparsecore import table_stacking
 
 GLOBAL_BATCH, EXAMPLES, VOCAB = 8, 48, 40
 
@@ -109,7 +109,7 @@ def unstacked(embedding, copy=0):
   for slot in ("parameters", "accumulators"):
     stacked = {name: value(tables[slot])
                for name, tables in embedding.variables.items()}
-    for table, array in layout.to_unstacked(
+    for table, array in table_stacking.to_unstacked(
         embedding._stacking, stacked).items():  # pylint: disable=protected-access
       arrays[f"{table}/{slot}"] = array
   return arrays

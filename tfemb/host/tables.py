@@ -9,7 +9,7 @@ same numbers:
 | `OpsTable` | direct lookups; tables on a GPU or parameter servers; non-lazy Adam; `Options(fused_kernels=False)` | `tf.unique` beside a resource gather (each id's row in training, each distinct row otherwise) | `scatter_nd` | gather, `update_rules`, scatter |
 
 A table whose rows are laid out as on a SparseCore (`TPUEmbeddingV2`'s,
-`tfemb.sparsecore.stacked`) gives its path a `Remap`: ids are checked
+`tfemb.sparsecore.trained_config`) gives its path a `Remap`: ids are checked
 against the table's own vocabulary and looked up at their rows of its
 variable (inside the fused kernel, or with TensorFlow's ops).
 

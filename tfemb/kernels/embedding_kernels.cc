@@ -433,9 +433,9 @@ class DedupGatherOp : public OpKernel {
   }
 
   // The variable's row of an id: the id itself, or in a table stacked as
-  // on a SparseCore (tfemb/sparsecore/layout.py) the row of its sparse
-  // core's block: ((id mod cores + rotation) mod cores) * rows per core
-  // + row offset + id / cores.
+  // on a SparseCore (tfemb/sparsecore/table_stacking.py) the row of its
+  // sparse core's block: ((id mod cores + rotation) mod cores) * rows per
+  // core + row offset + id / cores.
   int64_t Row(int64_t id) const {
     if (cores_ == 0) return id;
     if (core_bits_ >= 0) {  // a power of two, as on every SparseCore TPU

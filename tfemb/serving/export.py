@@ -9,7 +9,8 @@ writes the same artifact. Either way:
 * every table is one `[vocabulary_size, dim]` variable holding its
   parameters (float32, or bfloat16 when asked); no optimizer slot, no
   interleaved storage (`tfemb.interleaved_tables`), no SparseCore stacking
-  (`tfemb.serving.stacked`), one copy whatever the number of replicas;
+  (`tfemb.serving.sparsecore_export`), one copy whatever the number of
+  replicas;
 * the serving function looks ids up with TensorFlow's ops (`tf.unique`,
   `tf.gather`, segment sums), with the numbers of `model.predict`, at any
   batch size, so the artifact loads where tfemb is not installed;
@@ -52,7 +53,7 @@ from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-i
 from tfemb.host import feeding
 from tfemb.host import step
 from tfemb.host import tables as table_paths
-from tfemb.serving import stacked as stacked_export
+from tfemb.serving import sparsecore_export
 
 TABLE_DTYPES = (tf.float32, tf.bfloat16)
 _state = threading.local()  # `exports`: the exports in progress
@@ -75,7 +76,7 @@ class ServingTable(resource_variable_ops.UninitializedVariable):
 
     def value():  # read when the save writes, not when it is planned
       # A view reads its columns without a copy of its storage; a stacked
-      # table, its rows and columns (`tfemb.serving.stacked`).
+      # table, its rows and columns (`tfemb.serving.sparsecore_export`).
       read = getattr(source, "saved_value", None) or source.read_value
       saved = read()
       return saved if saved.dtype == dtype else tf.cast(saved, dtype)
@@ -184,7 +185,7 @@ def _check_exportable(engine):
 def _parameters(engine) -> Dict[str, tf.Variable]:
   """Each user table's live parameters, by name (a stacked engine's: each
   table's own variable)."""
-  if stacked_export.is_stacked(engine):
+  if sparsecore_export.is_stacked(engine):
     return {name: variables["parameters"]
             for name, (variables, _) in engine.own_tables().items()}
   variables = engine.variables
@@ -194,8 +195,8 @@ def _parameters(engine) -> Dict[str, tf.Variable]:
 
 def _sources(engine) -> Dict[str, Any]:
   """What an inference export writes of each table, by table name."""
-  if stacked_export.is_stacked(engine):
-    return stacked_export.unstacked(engine)
+  if sparsecore_export.is_stacked(engine):
+    return sparsecore_export.unstacked(engine)
   return _parameters(engine)
 
 
@@ -253,19 +254,20 @@ def serving_activations(engine, features, weights=None):
   lookup reads one `ServingTable` per table, the same ones for every trace
   of the export. Under a plain `tf.saved_model.save` it reads the live
   parameters, which that save writes anyway with the rest of the model's
-  state. A host `TPUEmbeddingV2`'s stacked tables: `tfemb.serving.stacked`.
+  state. A host `TPUEmbeddingV2`'s stacked tables:
+  `tfemb.serving.sparsecore_export`.
   """
   export = current_export()
   _check_exportable(engine)
   config, remaps = engine.resolved_config, None
-  if stacked_export.is_stacked(engine):
-    features, weights = stacked_export.serving_inputs(config, features,
+  if sparsecore_export.is_stacked(engine):
+    features, weights = sparsecore_export.serving_inputs(config, features,
                                                       weights)
-    config = stacked_export.serving_config(config)
+    config = sparsecore_export.serving_config(config)
   if export is not None:
     tables = export.tables_of(engine)
-  elif stacked_export.is_stacked(engine):
-    tables, remaps = stacked_export.stacked(engine)
+  elif sparsecore_export.is_stacked(engine):
+    tables, remaps = sparsecore_export.stacked(engine)
   else:
     tables = _parameters(engine)
   return lookup(config, tables, features, weights, remaps)
@@ -300,9 +302,8 @@ def _keras_input_signature(model):
 def _serving_function(model_or_embedding, input_signature):
   """(the function to export, its input signature)."""
   from tfemb.host import engine as host_engine  # pylint: disable=g-import-not-at-top
-  from tfemb.sparsecore import engine as sparsecore_engine  # pylint: disable=g-import-not-at-top
-  if isinstance(model_or_embedding, (host_engine.HostEmbedding,
-                                     sparsecore_engine.TPUEmbeddingV2)):
+  if (isinstance(model_or_embedding, host_engine.HostEmbedding) or
+      sparsecore_export.is_stacked(model_or_embedding)):
     embedding = model_or_embedding
     if not embedding.built:
       embedding.build()

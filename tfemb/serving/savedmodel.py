@@ -8,8 +8,8 @@ other objects for some tables, so the engines' `_trackable_children` call
   variable its `ColumnView`s read (the views save their columns in a
   checkpoint and nothing in a SavedModel);
 * a host `TPUEmbeddingV2`: each table's own variables, which its functions
-  read (`tfemb.serving.stacked`), in place of the stacked views over them
-  that a checkpoint holds.
+  read (`tfemb.serving.sparsecore_export`), in place of the stacked views
+  over them that a checkpoint holds.
 """
 
 from typing import Any, Dict, Optional

@@ -21,13 +21,13 @@ from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-i
 from tfemb import resolution
 from tfemb.host import core
 from tfemb.sparsecore import combiner as combiner_lib
-from tfemb.sparsecore import custom
-from tfemb.sparsecore import enforce
+from tfemb.sparsecore import applied_optimizer
+from tfemb.sparsecore import checkpoint_layouts
 from tfemb.sparsecore import enqueue as enqueue_lib
 from tfemb.sparsecore.preserved import Preserved
-from tfemb.sparsecore import stacked as stacked_lib
 from tfemb.sparsecore import stacked_layout
-from tfemb.sparsecore import stats
+from tfemb.sparsecore import limit_enforcement
+from tfemb.sparsecore import sparse_core_stats
 from tfemb.tpu import delegate
 
 _no_autograph = tf.autograph.experimental.do_not_convert
@@ -72,7 +72,7 @@ class TPUEmbeddingV2(core.Engine):
             f"Feature {path!r}: TPUEmbeddingV2 needs a fully defined "
             "per-replica output_shape in its FeatureConfig (e.g. "
             f"output_shape=[batch_size]); got {feature.output_shape}.")
-    custom.check_weight_decay(config.tables)
+    applied_optimizer.check_weight_decay(config.tables)
     strategy = tf.distribute.get_strategy()
     self._feature_config = feature_config
     self._pipeline_execution_with_tensor_core = (
@@ -90,8 +90,8 @@ class TPUEmbeddingV2(core.Engine):
         self._combiners.weights)
     self._id_limits = data_structures.NoDependency(
         None if sparse_core_embedding_config is None else
-        enforce.IdLimits(layout.stacking, config,
-                         sparse_core_embedding_config))
+        limit_enforcement.IdLimits(layout.stacking, config,
+                                   sparse_core_embedding_config))
     self._adapter = data_structures.NoDependency(None)
 
   # --- tables ---------------------------------------------------------------
@@ -106,7 +106,7 @@ class TPUEmbeddingV2(core.Engine):
       with self._core.strategy.scope():
         self._combiners.create(self._track_trackable)
       self._track_trackable(
-          stacked_lib.LayoutsTrackable(
+          checkpoint_layouts.LayoutsTrackable(
               self._stacking.layouts_proto().SerializeToString()),
           tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY)
 
@@ -142,10 +142,10 @@ class TPUEmbeddingV2(core.Engine):
     checkpoint this object cannot restore whole (a restore is all or
     nothing); returns what rearranges a checkpoint of unstacked tables or
     of another layout into the stacked variables as they are created
-    (`tfemb.sparsecore.checkpoints`), None for one of this layout."""
+    (`tfemb.sparsecore.checkpoint_adapter`), None for one of this layout."""
     # TensorFlow's checkpoint adapters (2.17 on) call this; older ones never.
-    from tfemb.sparsecore import checkpoints  # pylint: disable=g-import-not-at-top
-    self._adapter = checkpoints.checked_adapter(
+    from tfemb.sparsecore import checkpoint_adapter  # pylint: disable=g-import-not-at-top
+    self._adapter = checkpoint_adapter.checked_adapter(
         path, self._stacking, self._core.store, self._table_config,
         self._core.config.tables, self._core.built)
     return self._adapter
@@ -246,8 +246,8 @@ class TPUEmbeddingV2(core.Engine):
                                 sparse_core_embedding_config: Optional[
                                     Any] = None):
     """TensorFlow's `compute_sparse_core_stats`, on any CPU
-    (`tfemb.sparsecore.stats`)."""
-    return stats.compute_sparse_core_stats(
+    (`tfemb.sparsecore.sparse_core_stats`)."""
+    return sparse_core_stats.compute_sparse_core_stats(
         features, feature_config, num_tpu_chips, num_sc_per_chip, optimizer,
         sparse_core_embedding_config)
 

@@ -1,11 +1,11 @@
 """A batch's lookups, as `TPUEmbeddingV2.enqueue` prepares them.
 
 Each input follows TensorFlow 2.21's `TPUEmbeddingV2` input rules
-(`tfemb.sparsecore.feeding`); a feature whose table has a `CustomCombiner`
+(`tfemb.sparsecore.input_rules`); a feature whose table has a `CustomCombiner`
 keeps the ids its combiner sees (`tfemb.sparsecore.combiner`); the others
 are looked up as the host engine looks them up (`tfemb.host.feeding`),
 then held to the SparseCore's limits per chip where a
-`SparseCoreEmbeddingConfig` sets them (`tfemb.sparsecore.enforce`).
+`SparseCoreEmbeddingConfig` sets them (`tfemb.sparsecore.limit_enforcement`).
 """
 
 from typing import Any, Dict, List, Optional, Tuple
@@ -15,20 +15,20 @@ from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-i
 from tfemb import resolution
 from tfemb.host import feeding
 from tfemb.sparsecore import combiner as combiner_lib
-from tfemb.sparsecore import enforce
-from tfemb.sparsecore.feeding import prepare
+from tfemb.sparsecore import input_rules
+from tfemb.sparsecore import limit_enforcement
 
 
 def lookups(config: resolution.Resolved, features: Any, weights: Any,
             output_shapes, combiners: combiner_lib.CustomCombiners,
-            id_limits: Optional[enforce.IdLimits]
+            id_limits: Optional[limit_enforcement.IdLimits]
            ) -> Tuple[List[int], List[Any], Dict[int, combiner_lib.Kept]]:
   """`(feature ids, their lookups, {custom feature: its kept ids})` of a
   batch of any subset of the configured features."""
   feature_ids, _, flat_weights = feeding.flat_inputs(
       config, features, weights, False)
   flat, flat_weights = zip(*(
-      prepare(path, feature, x, w) for path, feature, x, w in zip(
+      input_rules.prepare(path, feature, x, w) for path, feature, x, w in zip(
           config.paths, config.features, nest.flatten(features),
           flat_weights)))
   regular = [i for i in feature_ids if i not in combiners.features]

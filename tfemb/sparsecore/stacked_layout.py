@@ -1,12 +1,12 @@
 """The SparseCore's stacked layout, as the piece the engine core takes.
 
 `TPUEmbeddingV2`'s tables are stacked as TensorFlow stacks them (its
-layout stacker, `tfemb.sparsecore.layout`): each table is trained in its
+layout stacker, `tfemb.sparsecore.table_stacking`): each table is trained in its
 own variable of TensorFlow's padded shape, each id at the row the
 SparseCore keeps it in, and a checkpoint holds stacked views over them
 (`tfemb.sparsecore.stacked_variables`) under TensorFlow's names. This
 `TableLayout` gives `tfemb.host.core.EngineCore` those variables and each
-table's path (`CustomOptimizer`s included: `tfemb.sparsecore.custom`).
+table's path (`CustomOptimizer`s included: `tfemb.sparsecore.custom_table`).
 """
 
 from typing import Any, Dict, List
@@ -16,10 +16,10 @@ import tensorflow as tf
 from tfemb import resolution
 from tfemb.host import core
 from tfemb.host import tables as table_paths
-from tfemb.sparsecore import custom
-from tfemb.sparsecore import layout as layout_lib
-from tfemb.sparsecore import stacked as stacked_lib
+from tfemb.sparsecore import custom_table
 from tfemb.sparsecore import stacked_variables
+from tfemb.sparsecore import table_stacking
+from tfemb.sparsecore import trained_config
 
 _DEFAULT_SC_PER_CHIP = 4  # TensorFlow's, when the hardware does not say
 
@@ -29,17 +29,17 @@ class StackedLayout(core.TableLayout):
   as TensorFlow stacks them under `sparse_core_embedding_config` (None:
   its defaults).
 
-  `stacking`: TensorFlow's stacking (`tfemb.sparsecore.layout`); `views`:
+  `stacking`: TensorFlow's stacking (`tfemb.sparsecore.table_stacking`); `views`:
   once created, `{stacked table: {"parameters": StackedVariable, slot:
   StackedVariable}}`, what a checkpoint holds.
   """
 
   def __init__(self, config: resolution.Resolved, num_chips: int,
                sparse_core_embedding_config=None):
-    self.stacking = layout_lib.stack(
+    self.stacking = table_stacking.stack(
         config.tables, list(zip(config.paths, config.features)), num_chips,
         _DEFAULT_SC_PER_CHIP, sparse_core_embedding_config)
-    self._stacked_tables, self._trained = stacked_lib.stacked_config(
+    self._stacked_tables, self._trained = trained_config.stacked_config(
         config, self.stacking)
     self._vocabulary = {t.name: t.vocabulary_size for t in config.tables}
     self._dims = {t.name: t.dim for t in config.tables}
@@ -63,7 +63,7 @@ class StackedLayout(core.TableLayout):
 
   def remap(self, table_name: str) -> table_paths.Remap:
     """Where the ids of the user's table `table_name` sit in its variable."""
-    return stacked_lib.remap(self.stacking, table_name,
+    return trained_config.remap(self.stacking, table_name,
                              self._vocabulary[table_name])
 
   def create(self, owner, store):
@@ -89,5 +89,5 @@ class StackedLayout(core.TableLayout):
             for a, f in zip(flat, self._trained.features)]
 
   def training_path(self, table, variables, partitioned, options):
-    return custom.training_path(table, variables, partitioned, options,
+    return custom_table.training_path(table, variables, partitioned, options,
                                 self.remap(table.name))

@@ -2,9 +2,9 @@
 variables of its tables.
 
 The host `TPUEmbeddingV2` keeps each table of a stack in a variable of its
-own (`tfemb.sparsecore.stacked`). TensorFlow's stacked variable is made of
-blocks, shard by shard and, inside a shard, table by table; block j of a
-table is rows [j * P, (j + 1) * P) of the table's variable. A
+own (`tfemb.sparsecore.trained_config`). TensorFlow's stacked variable is
+made of blocks, shard by shard and, inside a shard, table by table; block
+j of a table is rows [j * P, (j + 1) * P) of the table's variable. A
 `StackedVariable` is that stacked variable (or one of its slots): read and
 assigned whole, in TensorFlow's layout, and saved in a checkpoint under
 TensorFlow's key as one tensor of the stacked shape, written slice by
@@ -12,11 +12,12 @@ slice straight from the tables' variables (no copy of the stack; a table
 whose slots sit beside its parameters is split for the save, as
 `tfemb.column_view` saves it). A checkpoint restores into it from a
 stacked tensor saved whole or in slices; TensorFlow's classes restore its
-value as they restore a variable.
+value as they restore a variable. `join` and `split` make a stacked value
+of its tables' values, and back.
 
 `create` makes the tables' variables and the stacked variables of an
 engine, restoring a checkpoint's stacked values as it creates them when a
-restore is pending.
+restore is pending (`RestoredValue`, `RestoredTable`).
 """
 
 import copy
@@ -34,14 +35,43 @@ from tfemb import initialization
 from tfemb import optimizers
 from tfemb import replicas
 from tfemb.host import variables as variables_lib
-from tfemb.sparsecore import stacked as stacked_lib
 from tfemb import tf_internals
+
+
+def rows_per_shard(stacking, stacked_name: str) -> List[int]:
+  """Per table of the stack (in its order), its rows in each SparseCore
+  shard: P = its padded rows / N."""
+  n = stacking.num_sparse_cores
+  return [stacking.tables[t].padded_vocabulary_size // n
+          for t in stacking.stacked_tables[stacked_name].table_names]
+
+
+def join(values: Sequence[tf.Tensor], rows: Sequence[int],
+         num_shards: int) -> tf.Tensor:
+  """The stacked value of its tables' `values` (each `[N * rows[k], ...]`):
+  shard by shard, each table's rows of the shard."""
+  return tf.concat([value[s * r:(s + 1) * r] for s in range(num_shards)
+                    for value, r in zip(values, rows)], axis=0)
+
+
+def part(stacked: tf.Tensor, rows: Sequence[int], num_shards: int,
+         k: int) -> tf.Tensor:
+  """Table `k`'s value, from a `stacked` value: its rows of each shard."""
+  per_shard, first = sum(rows), sum(rows[:k])
+  return tf.concat([stacked[s * per_shard + first:s * per_shard + first +
+                            rows[k]] for s in range(num_shards)], axis=0)
+
+
+def split(stacked: tf.Tensor, rows: Sequence[int],
+          num_shards: int) -> List[tf.Tensor]:
+  """Each table's value, from a `stacked` value (`join`'s inverse)."""
+  return [part(stacked, rows, num_shards, k) for k in range(len(rows))]
 
 
 class StackedVariable(trackable.Trackable):
   """A stacked variable `name` of its tables' variables `tables` (in the
   stack's order), each `[N * rows_per_shard[k], ...]`, laid out as
-  `stacked_lib.join` says: `[N * sum(rows_per_shard), ...]`.
+  `join` says: `[N * sum(rows_per_shard), ...]`.
 
   Reading it (`value`, `read_value`, `numpy`, `tf.convert_to_tensor`,
   indexing) gathers the blocks into one tensor; `assign` writes each
@@ -110,8 +140,8 @@ class StackedVariable(trackable.Trackable):
   # --- reading ------------------------------------------------------------
 
   def value(self) -> tf.Tensor:
-    return stacked_lib.join([tf.convert_to_tensor(t) for t in self._tables],
-                            self._rows, self._shards)
+    return join([tf.convert_to_tensor(t) for t in self._tables],
+                self._rows, self._shards)
 
   def read_value(self) -> tf.Tensor:
     return self.value()
@@ -137,8 +167,8 @@ class StackedVariable(trackable.Trackable):
   def assign(self, value, use_locking=None, name=None, read_value=True):
     """Writes `value` (the stacked shape) into its tables' variables."""
     del use_locking, name
-    parts = stacked_lib.split(column_view.assign_value(self, value),
-                              self._rows, self._shards)
+    parts = split(column_view.assign_value(self, value), self._rows,
+                  self._shards)
     ops = [table.assign(part, read_value=False)
            for table, part in zip(self._tables, parts)]
     return column_view.assigned(
@@ -224,12 +254,51 @@ tf.register_tensor_conversion_function(StackedVariable,
                                       tf_internals.dense_var_to_tensor)
 
 
+class RestoredValue:
+  """A checkpoint's value of a stacked variable (or slot), restored as the
+  tables are created: TensorFlow's restore-on-create initializer
+  `restored`, read once for all of the stack's tables."""
+
+  def __init__(self, restored, shape):
+    self._restored = restored
+    self._shape = list(shape)
+    self._value = None
+
+  def __call__(self, dtype) -> tf.Tensor:
+    if self._value is None:
+      self._value = tf.convert_to_tensor(
+          self._restored(self._shape, dtype=dtype))
+    return self._value
+
+  def release(self):
+    """Frees the value once every table is created."""
+    self._value = None
+
+
+class RestoredTable:
+  """The initial value of a table's own variable: its rows of a
+  `RestoredValue` of its stacked variable."""
+
+  def __init__(self, stacking, table_name: str, restored: RestoredValue):
+    self._stacking = stacking
+    self._table_name = table_name
+    self._restored = restored
+
+  def __call__(self, shape, dtype=tf.float32, **unused_kwargs):
+    del shape  # the table's own: its rows of the stacked value
+    stacking = self._stacking
+    stacked_name = stacking.tables[self._table_name].stacked_table_name
+    names = stacking.stacked_tables[stacked_name].table_names
+    return part(self._restored(dtype), rows_per_shard(stacking, stacked_name),
+                stacking.num_sparse_cores, names.index(self._table_name))
+
+
 def create(owner, holder, stacking, store, stacked_tables, trained):
   """The tables' variables and the stacked variables of the engine `owner`.
 
   `stacked_tables`: the stacked tables' configs, and `store` their
   `variables_lib.TableStore` (the engine's); `trained`: the configs of the
-  tables' own variables (`stacked_lib.stacked_config`). Returns
+  tables' own variables (`trained_config.stacked_config`). Returns
   `(stacked, tables)`: `{stacked table: {"parameters": StackedVariable,
   slot: StackedVariable}}`, tracked by `owner` under TensorFlow's names
   (`<stacked table>`, `<stacked table>/<slot>`), and `{table:
@@ -241,25 +310,24 @@ def create(owner, holder, stacking, store, stacked_tables, trained):
   gives its tables' variables their initial values.
   """
   shapes = store.shapes
-  restored: Dict[str, stacked_lib.RestoredValue] = {}
+  restored: Dict[str, RestoredValue] = {}
   for name, shape in shapes.items():
     pending = _pending(owner, name)
     if pending is not None:
-      restored[name] = stacked_lib.RestoredValue(pending, shape)
+      restored[name] = RestoredValue(pending, shape)
   tables, slot_initializers = [], {}
   for table in trained.tables:
     prefix = table.stacked_table_name
     if prefix in restored:
       table = copy.copy(table)
-      table.initializer = stacked_lib.RestoredTable(stacking, table.name,
-                                                    restored[prefix])
+      table.initializer = RestoredTable(stacking, table.name,
+                                        restored[prefix])
     inits = []
     if table.optimizer is not None:
       defaults = optimizers.slot_initializers(table.optimizer)
       for slot, default in zip(variables_lib.slot_names(table), defaults):
         name = f"{prefix}/{slot}"
-        inits.append(stacked_lib.RestoredTable(stacking, table.name,
-                                               restored[name])
+        inits.append(RestoredTable(stacking, table.name, restored[name])
                      if name in restored else default)
     slot_initializers[table.name] = inits
     tables.append(table)
@@ -271,7 +339,7 @@ def create(owner, holder, stacking, store, stacked_tables, trained):
   n = stacking.num_sparse_cores
   for config in stacked_tables:
     names = stacking.stacked_tables[config.name].table_names
-    rows = stacked_lib.rows_per_shard(stacking, config.name)
+    rows = rows_per_shard(stacking, config.name)
     members = [own_variables[t] for t in names]
     views = {}
     for slot in ["parameters"] + variables_lib.slot_names(config):

@@ -1,5 +1,5 @@
 """The plan's command line: `python -m tfemb.tpu MODULE:ATTR ...`
-(`python -m tfemb.tpu sparsecore ...`: `tfemb.sparsecore.cli`).
+(`python -m tfemb.tpu sparsecore ...`: `tfemb.sparsecore.report_command`).
 
 MODULE is a module name (importable from the current directory) or a `.py`
 file; ATTR names a nested structure of `FeatureConfig`s, a pair
@@ -86,6 +86,6 @@ def _plan(args) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   if argv[:1] == ["sparsecore"]:  # the SparseCore's id limits
-    from tfemb.sparsecore import cli as sparsecore_cli  # pylint: disable=g-import-not-at-top
-    return sparsecore_cli.main(argv[1:])
+    from tfemb.sparsecore import report_command  # pylint: disable=g-import-not-at-top
+    return report_command.main(argv[1:])
   return command_line.run(_parser(), argv, _plan)

@@ -21,7 +21,7 @@ from typing import Any, Iterator, Optional, Sequence
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
 from tfemb import resolution
-from tfemb.sparsecore import stats
+from tfemb.sparsecore import pipeline_report
 from tfemb.sparsecore_configs import SparseCoreEmbeddingConfig
 from tfemb.tpu import command_line
 
@@ -126,8 +126,8 @@ def _report(args) -> int:
   data = _iterator(command_line.attribute("--data", args.data))
   batches = _batches(data, feature_config, args.batches)
   try:
-    result = stats.report(batches, feature_config, args.chips,
-                          args.sc_per_chip, optimizer, sc_config)
+    result = pipeline_report.report(batches, feature_config, args.chips,
+                                    args.sc_per_chip, optimizer, sc_config)
   except command_line.UsageError:
     raise
   except ValueError as e:
@@ -138,7 +138,7 @@ def _report(args) -> int:
   if args.json:
     command_line.write_whole("--json", args.json,
                              json.dumps(result, indent=2))
-  print(stats.format_report(result))
+  print(pipeline_report.format_report(result))
   if args.json:
     print(f"\nJSON written to {args.json}")
   return 0

@@ -1,10 +1,10 @@
 """The SparseCore generation (`tfemb.TPUEmbeddingV2`) in SavedModels.
 
-Its tables are stacked (`tfemb.sparsecore.layout`); the host keeps each
-in a variable of its own, in the SparseCore's row order with padding
-(`tfemb.sparsecore.stacked`). An inference export writes each user table
-on its own, `[vocabulary_size, dim]` in id order, without the padding rows
-and columns: an `UnstackedTable` reads the table's rows and columns when
+Its tables are stacked (`tfemb.sparsecore.table_stacking`); the host keeps
+each in a variable of its own, in the SparseCore's row order with padding
+(`tfemb.sparsecore.trained_config`). An inference export writes each user
+table on its own, `[vocabulary_size, dim]` in id order, without the padding
+rows and columns: an `UnstackedTable` reads the table's rows and columns when
 the save writes them. A full save (`tf.saved_model.save` of the model)
 looks the ids up in the tables' live variables at their rows.
 
@@ -25,7 +25,7 @@ from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-i
 from tfemb.host import feeding
 from tfemb.host.variables import gather_rows
 from tfemb.sparsecore import combiner as combiner_lib
-from tfemb.sparsecore import feeding as v2_feeding
+from tfemb.sparsecore import input_rules
 
 
 def is_stacked(engine) -> bool:
@@ -102,12 +102,12 @@ def serving_config(config):
 
 def serving_inputs(config, features, weights):
   """`(features, weights)` as the host lookup takes them: dense inputs one
-  id per sample (`tfemb.sparsecore.feeding`), at any batch size where the
+  id per sample (`tfemb.sparsecore.input_rules`), at any batch size where the
   feature's `output_shape` has rank 1."""
   _, flat, flat_weights = feeding.flat_inputs(config, features, weights,
                                               False)
-  prepared = [v2_feeding.prepare(path, feature, x, w,
-                                 any_batch=_any_batch(feature))
+  prepared = [input_rules.prepare(path, feature, x, w,
+                                  any_batch=_any_batch(feature))
               for path, feature, x, w in zip(config.paths, config.features,
                                              flat, flat_weights)]
   ids, weights = zip(*prepared)

@@ -11,10 +11,11 @@ The host's stacked variables restore, slots included, from:
 
 Each stacked variable (and each of its slots) is assembled from the
 checkpoint's tables as the SparseCore lays them out (`tfemb.sparsecore.
-layout`), as TensorFlow's `TpuEmbeddingV3CheckpointAdapter` does on a TPU.
-TensorFlow's adapter is not used here: it defers a slot under its
+table_stacking`), as TensorFlow's `TpuEmbeddingV3CheckpointAdapter` does on
+a TPU. TensorFlow's adapter is not used here: it defers a slot under its
 parameters' name (so the slots do not restore) and names the tables of a
-stack by replacing substrings of checkpoint keys.
+stack by replacing substrings of checkpoint keys. The layouts a checkpoint
+was saved with are read by `tfemb.sparsecore.checkpoint_layouts`.
 
 As with TensorFlow's adapter, the values are rearranged only while the
 variables are created: restore such a checkpoint before the first lookup or
@@ -27,13 +28,13 @@ from typing import Any, Dict, List, Optional, Sequence
 import tensorflow as tf
 from tensorflow.core.tpu.kernels import sparse_core_layout_pb2
 from tensorflow.python.checkpoint import checkpoint_adapter
-from tensorflow.python.tpu import tpu_embedding_v3_utils
 from tensorflow.python.trackable import trackable_utils
 
 from tfemb import optimizers
 from tfemb.host import variables as variables_lib
+from tfemb.sparsecore import checkpoint_layouts
 from tfemb.sparsecore import combiner as combiner_lib
-from tfemb.sparsecore import layout as layout_lib
+from tfemb.sparsecore import table_stacking
 
 _Layout = sparse_core_layout_pb2.SparseCoreTableLayout
 _ATTRIBUTES = "/" + trackable_utils.OBJECT_ATTRIBUTES_NAME + "/"
@@ -46,18 +47,6 @@ def _by_stack(layouts: Sequence[_Layout]) -> Dict[str, List[_Layout]]:
     stacks.setdefault(layout.stacked_table_name, []).append(layout)
   return {name: sorted(group, key=lambda l: l.sparse_core_shard_row_offset)
           for name, group in stacks.items()}
-
-
-def saved_layouts(path: str) -> Optional[Dict[str, _Layout]]:
-  """The layouts a checkpoint was saved with, by table; None for a
-  checkpoint of unstacked tables."""
-  reader = tf.train.load_checkpoint(path)
-  for key in reader.get_variable_to_dtype_map():
-    if tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY in key:
-      layouts = sparse_core_layout_pb2.SparseCoreTableLayouts()
-      layouts.ParseFromString(reader.get_tensor(key))
-      return {l.table_name: l for l in layouts.tables}
-  return None
 
 
 class _Restack(checkpoint_adapter.ReshardCallback):
@@ -198,7 +187,7 @@ def _stacked_shape(layout: _Layout, rank: int) -> List[int]:
 
 
 def layout_rows(layout: _Layout, rows: int) -> tf.Tensor:
-  return layout_lib.layout_rows(layout, tf.range(rows, dtype=tf.int64))
+  return table_stacking.layout_rows(layout, tf.range(rows, dtype=tf.int64))
 
 
 class Adapter(checkpoint_adapter.AbstractCheckpointAdapter):
@@ -207,12 +196,12 @@ class Adapter(checkpoint_adapter.AbstractCheckpointAdapter):
 
   Args:
     path: the checkpoint.
-    stacking: the host's `layout.Stacking`.
+    stacking: the host's `table_stacking.Stacking`.
     slots: per stacked table name, its slots' initializers by slot name.
   """
 
   def __init__(self, path: str, stacking, slots: Dict[str, Dict[str, Any]]):
-    self._saved = saved_layouts(path)
+    self._saved = checkpoint_layouts.saved_layouts(path)
     self._keys = frozenset(
         tf.train.load_checkpoint(path).get_variable_to_dtype_map())
     self._stacking = stacking

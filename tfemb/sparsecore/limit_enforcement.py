@@ -1,6 +1,6 @@
 """The host `TPUEmbeddingV2` under its `SparseCoreEmbeddingConfig`'s id
 limits: each replica's batch (one chip's) is counted as the SparseCore
-counts it (`tfemb.sparsecore.limits`); a batch the TPU would fail raises
+counts it (`tfemb.sparsecore.id_counting`); a batch the TPU would fail raises
 before anything is written, and with `allow_id_dropping` the ids the TPU
 would drop are not looked up or trained (docs/sparsecore.md, "Id limits").
 """
@@ -13,7 +13,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from tfemb.sparsecore import limits
+from tfemb.sparsecore import id_counting
 
 _LOG_EVERY_S = 60.0
 
@@ -22,7 +22,7 @@ class IdLimits:
   """Checks, and where allowed drops, each batch's ids.
 
   Args:
-    stacking: the engine's `layout.Stacking`.
+    stacking: the engine's `table_stacking.Stacking`.
     config: the engine's resolved configuration (`tfemb.resolution`).
     sparse_core_embedding_config: the user's config.
   """
@@ -38,7 +38,7 @@ class IdLimits:
             "SparseCore TPU needs.")
     self._stacking = stacking
     self._config = config
-    self._limits = limits.Limits.of(sparse_core_embedding_config)
+    self._limits = id_counting.Limits.of(sparse_core_embedding_config)
     self._lock = threading.Lock()
     self._dropped = {name: 0 for name in stacking.stacked_tables}
     self._logged_at = None
@@ -53,11 +53,11 @@ class IdLimits:
     features = []
     for k, i in enumerate(indices):
       feature = self._config.features[i]
-      features.append(limits.FeatureIds(
+      features.append(id_counting.FeatureIds(
           self._config.paths[i], feature.table.name, arrays[2 * k],
           arrays[2 * k + 1],
           tf.TensorShape(feature.output_shape).num_elements()))
-    plan = limits.plan(self._stacking, features, self._limits)
+    plan = id_counting.plan(self._stacking, features, self._limits)
     self._count(plan.dropped)
     return plan.kept
 
