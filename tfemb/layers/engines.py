@@ -1,24 +1,8 @@
 """The Keras layer's engines: the host engine, or TensorFlow's on a TPU.
 
 The layer talks to its engine through one small adapter per path, so its own
-code is the same everywhere. An adapter has:
-
-* `engine`: the object the layer saves as `_tpu_embedding` (the same
-  checkpoint attribute on every path); `embedding_feature`: the TPU's (as
-  resolved) or, off TPU, the argument;
-* `build(input_shape, batch_size)`: creates the tables;
-* `trains_in_backward`: True if the embedding optimizer updates the tables
-  when a gradient reaches the layer's gradient trap; False on
-  `TPUEmbeddingV0`, whose tables are trained by the model's Keras optimizer
-  (`trainable_tables()`);
-* `lookup(features, weights, dummy, training)`: the activations, with the
-  training path through `dummy`, the trap weight; `serving_fallback`: True
-  where inputs the TPU refuses but TensorFlow's serving class takes follow
-  that class (`tfemb.inputs.serving_only`), as in tfrs' layer off the TPU;
-* `serving_tables()`: tables by the layer's `TableConfig`s, for
-  `serving_embedding_lookup`; `embedding_tables()` / `embedding_variables()`
-  by the user's; `saved_variables()` in the order of Keras 3 saving;
-  `pull()` / `push()` around reading or writing the variables' values.
+code is the same everywhere. `EngineAdapter` declares what every adapter
+gives the layer; the layer uses nothing else.
 
 | path | adapter | engine |
 |---|---|---|
@@ -29,9 +13,12 @@ code is the same everywhere. An adapter has:
 | off the TPU, asked for V2 | `HostEngineV2` | `tfemb.TPUEmbeddingV2` (the SparseCore's numbers on the host) |
 
 The TPU adapters follow tensorflow-recommenders' layer call for call
-(`_tpu_embedding_lookup`, `build`, `embedding_tables`).
+(`_tpu_embedding_lookup`, `build`, `embedding_tables`). Every path that
+trains in the backward pass does so through one gradient trap
+(`_gradient_trap`).
 """
 
+import abc
 from typing import Dict, List
 
 import tensorflow as tf
@@ -81,22 +68,35 @@ def make_engine(feature_config, optimizer, table_config_map, strategy,
                  sparse_core_embedding_config)
 
 
-def _trapped(feature_config, activations, backward, dummy, training):
-  """`activations`, passed through the gradient trap: the gradient reaching
-  `dummy` calls `backward(activation gradients)`. Without a gradient path
-  in inference and SavedModels."""
-  if training is False or save_context.in_save_context():
-    return activations
-  flat = tf.nest.flatten(activations)
+def _gradient_trap(feature_config, dummy, look_up, *inputs):
+  """The activations of `look_up`, behind the layer's gradient trap: the
+  gradient reaching `dummy` (the trap weight) hands the activations'
+  gradients to the embedding optimizer, in place of a gradient for `dummy`.
+
+  Args:
+    feature_config: the activations' structure.
+    dummy: the trap weight.
+    look_up: called inside the trap as `look_up(*inputs)`; returns the
+      activations and the function that takes their gradients (in the
+      structure of `feature_config`). TensorFlow's TPU engines look up
+      here, as tensorflow-recommenders does; the host engines look up
+      before the trap (`tf.custom_gradient` refuses a function that reads
+      variables) and pass the activations through as `inputs`.
+    *inputs: tensors handed into the trap (their gradient is None).
+  """
 
   @tf.custom_gradient
-  def gradient_trap(dummy, *outputs):
-    def grad(*output_grads):
-      backward(tf.nest.pack_sequence_as(feature_config, list(output_grads)))
-      return [tf.zeros_like(dummy)] + [None] * len(outputs)
-    return [tf.identity(x) for x in outputs], grad
+  def gradient_trap(dummy, *inputs):
+    activations, apply_gradients = look_up(*inputs)
 
-  trapped = gradient_trap(tf.convert_to_tensor(dummy), *flat)
+    def grad(*output_grads):
+      apply_gradients(
+          tf.nest.pack_sequence_as(feature_config, list(output_grads)))
+      return [tf.zeros_like(dummy)] + [None] * len(inputs)
+
+    return tf.nest.flatten(activations), grad
+
+  trapped = gradient_trap(tf.convert_to_tensor(dummy), *inputs)
   return tf.nest.pack_sequence_as(feature_config, list(trapped))
 
 
@@ -106,19 +106,104 @@ def _slots_in_order(slots: Dict[str, tf.Variable]) -> List[tf.Variable]:
       slots[n] for n in sorted(slots) if n != "parameters"]
 
 
-class HostEngine:
-  """CPU/GPU: the host engine's `forward()`, trained through the trap."""
+class EngineAdapter(abc.ABC):
+  """All the layer asks of an engine, on every path.
+
+  Attributes:
+    engine: the object the layer saves as `_tpu_embedding` (the same
+      checkpoint attribute on every path).
+    embedding_feature: the TPU's (as resolved) or, off TPU, the argument.
+    trains_in_backward: True if the embedding optimizer updates the tables
+      when a gradient reaches the layer's gradient trap; False where the
+      model's Keras optimizer trains them (`trainable_tables()`).
+    serving_fallback: True where inputs the TPU refuses but TensorFlow's
+      serving class takes follow that class (`tfemb.inputs.serving_only`),
+      as in tfrs' layer off the TPU.
+  """
 
   trains_in_backward = True
+  serving_fallback = False
+
+  def __init__(self, feature_config, table_config_map, embedding_feature,
+               engine):
+    self.embedding_feature = embedding_feature
+    self.engine = engine
+    self._feature_config = feature_config
+    self._table_config_map = table_config_map
+
+  @abc.abstractmethod
+  def build(self, input_shape, batch_size):
+    """Creates the tables."""
+
+  @abc.abstractmethod
+  def lookup(self, features, weights, dummy, training):
+    """The activations, with the training path through `dummy`, the trap
+    weight (`_gradient_trap`)."""
+
+  @abc.abstractmethod
+  def serving_tables(self):
+    """The tables by the layer's `TableConfig`s, for
+    `serving_embedding_lookup`."""
+
+  def embedding_tables(self):
+    """The tables by the user's `TableConfig`s."""
+    tables = self.serving_tables()
+    return {user: tables[ours] for user, ours in self._table_config_map}
+
+  @abc.abstractmethod
+  def embedding_variables(self):
+    """Tables and slots by the user's `TableConfig`s."""
+
+  def saved_variables(self):
+    """Every table and slot, in the order of Keras 3 saving."""
+    return [v for slots in self.embedding_variables().values()
+            for v in _slots_in_order(slots)]
+
+  def trainable_tables(self):
+    """The tables the model's Keras optimizer trains: none where the
+    embedding optimizer does (`trains_in_backward`)."""
+    return []
+
+  def pull(self):
+    """Before the variables' values are read: nothing where the variables
+    hold them."""
+
+  def push(self):
+    """After the variables' values are written: nothing where the variables
+    hold them."""
+
+
+class _HostAdapter(EngineAdapter):
+  """Off the TPU: tfemb's engines, which look up outside the trap and train
+  through it; no gradient path in inference and SavedModels."""
+
   serving_fallback = True  # inputs.serving_only: the serving class's rules
+
+  @abc.abstractmethod
+  def _forward(self, features, weights):
+    """The activations and the function that applies their gradients."""
+
+  def lookup(self, features, weights, dummy, training):
+    if export.saving():  # traced for a SavedModel: no training engine
+      return export.serving_activations(self.engine, features, weights)
+    activations, apply_gradients = self._forward(features, weights)
+    if training is False or save_context.in_save_context():
+      return activations
+    return _gradient_trap(
+        self._feature_config, dummy,
+        lambda *flat: ([tf.identity(x) for x in flat], apply_gradients),
+        *tf.nest.flatten(activations))
+
+
+class HostEngine(_HostAdapter):
+  """CPU/GPU: the host engine's `forward()`, trained through the trap."""
 
   def __init__(self, feature_config, optimizer, table_config_map,
                pipeline_execution_with_tensor_core, embedding_feature):
-    self.embedding_feature = embedding_feature  # kept, unused off TPU
-    self._feature_config = feature_config
-    self._table_config_map = table_config_map
-    self.engine = mid_level.TPUEmbedding(feature_config, optimizer,
-                                         pipeline_execution_with_tensor_core)
+    super().__init__(  # embedding_feature: kept, unused off TPU
+        feature_config, table_config_map, embedding_feature,
+        mid_level.TPUEmbedding(feature_config, optimizer,
+                               pipeline_execution_with_tensor_core))
 
   def build(self, input_shape, batch_size):
     del input_shape  # Output shapes come from the first batch.
@@ -127,70 +212,44 @@ class HostEngine:
     else:
       self.engine.build(per_replica_batch_size=batch_size)
 
-  def lookup(self, features, weights, dummy, training):
-    if export.saving():  # traced for a SavedModel: no training engine
-      return export.serving_activations(self.engine, features, weights)
+  def _forward(self, features, weights):
     # As tfrs' layer off the TPU: any batch size. Only `batch_size` or a
     # FeatureConfig's `output_shape` fix the activation shapes, never a
     # call (a fit with one batch size, then a predict with another).
     # As tfrs' layer off the TPU, which looks up with TensorFlow's serving
     # class: what only that class takes (a scalar id, a rank-1 SparseTensor)
     # gets its shapes; the rest, the TPU's.
-    activations, backward = self.engine.forward(
+    return self.engine.forward(
         features, weights, serving_fallback=True, call_shapes_only=True)
-    return _trapped(self._feature_config, activations, backward, dummy,
-                    training)
 
   def serving_tables(self):
     return self.engine.embedding_tables
-
-  def embedding_tables(self):
-    tables = self.engine.embedding_tables
-    return {user: tables[ours] for user, ours in self._table_config_map}
 
   def embedding_variables(self):
     variables = self.engine.variables
     return {user: variables[ours] for user, ours in self._table_config_map}
 
-  def saved_variables(self):
-    variables = self.engine.variables
-    return [v for _, ours in self._table_config_map
-            for v in _slots_in_order(variables[ours])]
 
-  def pull(self):
-    pass
-
-  def push(self):
-    pass
-
-
-class _TPUEngine:
+class _TPUEngine(EngineAdapter):
   """Common to TensorFlow's three engines: the configs handed over, and the
   tables, which TensorFlow keys by table name."""
-
-  trains_in_backward = True
-  serving_fallback = False
 
   def __init__(self, feature_config, optimizer, table_config_map, strategy,
                pipeline_execution_with_tensor_core, embedding_feature,
                sparse_core_embedding_config):
-    self.embedding_feature = embedding_feature
-    self._feature_config = feature_config
-    self._table_config_map = table_config_map
     tf_features = tf_conversion.to_tensorflow(feature_config)
     self._check_features(tf_features)
-    self.engine = delegate.make_tpu_embedding(
-        tf_features, optimizer, pipeline_execution_with_tensor_core,
-        strategy=strategy, embedding_feature=embedding_feature,
-        sparse_core_embedding_config=sparse_core_embedding_config)
+    super().__init__(
+        feature_config, table_config_map, embedding_feature,
+        delegate.make_tpu_embedding(
+            tf_features, optimizer, pipeline_execution_with_tensor_core,
+            strategy=strategy, embedding_feature=embedding_feature,
+            sparse_core_embedding_config=sparse_core_embedding_config))
     self._learning_rates = resolution.counting_learning_rates(
         [ours for _, ours in table_config_map])
 
   def _check_features(self, tf_features):
     pass
-
-  def _pack(self, flat):
-    return tf.nest.pack_sequence_as(self._feature_config, list(flat))
 
   def _count_step(self):
     """After `apply_gradients`: Keras-translated learning rates count the
@@ -202,10 +261,6 @@ class _TPUEngine:
     tables = {t.name: v for t, v in self.engine.embedding_tables.items()}
     return {ours: tables[ours.name] for _, ours in self._table_config_map}
 
-  def embedding_tables(self):
-    tables = self.serving_tables()
-    return {user: tables[ours] for user, ours in self._table_config_map}
-
   def embedding_variables(self):
     if not tf_internals.tpu_engine_built(self.engine):
       raise RuntimeError(
@@ -214,16 +269,6 @@ class _TPUEngine:
     variables = tf_internals.tpu_engine_variables(self.engine)
     return {user: dict(variables[ours.name])
             for user, ours in self._table_config_map}
-
-  def saved_variables(self):
-    return [v for slots in self.embedding_variables().values()
-            for v in _slots_in_order(slots)]
-
-  def pull(self):
-    pass
-
-  def push(self):
-    pass
 
 
 class TPUEngineV1(_TPUEngine):
@@ -251,18 +296,13 @@ class TPUEngineV1(_TPUEngine):
     name = str(self._call_id)
     self.engine.enqueue(features, weights, training=True, name=name)
 
-    @tf.custom_gradient
-    def gradient_trap(dummy):
-      activations = self.engine.dequeue(name=name)
-
-      def grad(*output_grads):
-        self.engine.apply_gradients(self._pack(output_grads), name=name)
+    def dequeue():
+      def apply_gradients(gradients):
+        self.engine.apply_gradients(gradients, name=name)
         self._count_step()
-        return tf.zeros_like(dummy)
+      return self.engine.dequeue(name=name), apply_gradients
 
-      return tf.nest.flatten(activations), grad
-
-    return self._pack(gradient_trap(tf.convert_to_tensor(dummy)))
+    return _gradient_trap(self._feature_config, dummy, dequeue)
 
   def pull(self):
     """The TPU's values into the variables (as TensorFlow's checkpoint
@@ -274,17 +314,14 @@ class TPUEngineV1(_TPUEngine):
     tf_internals.load_onto_tpu(self.engine)
 
 
-class TPUEngineV2(_TPUEngine):
-  """`TPUEmbeddingV2` (SparseCore): one call looks up, the preserved outputs
-  go back with the gradients.
+class _StackedTables(EngineAdapter):
+  """The SparseCore's tables, on the TPU or the host: built from the
+  FeatureConfigs' output shapes, stacked, and keyed by the stacked table
+  names, as tensorflow-recommenders returns them; checkpoints have
+  TensorFlow's stacked layout."""
 
-  SparseCore stacks tables: `embedding_tables()` and the variables are keyed
-  by TensorFlow's stacked table names, as tensorflow-recommenders returns
-  them, and checkpoints have TensorFlow's stacked layout.
-  """
-
-  def _check_features(self, tf_features):
-    for path, feature in nest.flatten_with_joined_string_paths(tf_features):
+  def _check_features(self, features):
+    for path, feature in nest.flatten_with_joined_string_paths(features):
       shape = feature.output_shape
       if not shape or any(d is None for d in tf.TensorShape(shape).as_list()):
         raise ValueError(
@@ -296,23 +333,6 @@ class TPUEngineV2(_TPUEngine):
     del input_shape, batch_size  # Shapes come from the FeatureConfigs.
     self.engine.build()
 
-  def lookup(self, features, weights, dummy, training):
-    del training
-
-    @tf.custom_gradient
-    def gradient_trap(dummy):
-      activations, preserved = self.engine(features, weights)
-
-      def grad(*output_grads):
-        self.engine.apply_gradients(self._pack(output_grads),
-                                    preserved_outputs=preserved)
-        self._count_step()
-        return tf.zeros_like(dummy)
-
-      return tf.nest.flatten(activations), grad
-
-    return self._pack(gradient_trap(tf.convert_to_tensor(dummy)))
-
   def serving_tables(self):
     return self.engine.embedding_tables
 
@@ -322,9 +342,24 @@ class TPUEngineV2(_TPUEngine):
   def embedding_variables(self):
     return self.engine.variables
 
-  def saved_variables(self):
-    variables = self.engine.variables
-    return [v for name in variables for v in _slots_in_order(variables[name])]
+
+class TPUEngineV2(_StackedTables, _TPUEngine):
+  """`TPUEmbeddingV2` (SparseCore): one call looks up, the preserved outputs
+  go back with the gradients."""
+
+  def lookup(self, features, weights, dummy, training):
+    del training
+
+    def look_up():
+      activations, preserved = self.engine(features, weights)
+
+      def apply_gradients(gradients):
+        self.engine.apply_gradients(gradients, preserved_outputs=preserved)
+        self._count_step()
+
+      return activations, apply_gradients
+
+    return _gradient_trap(self._feature_config, dummy, look_up)
 
 
 class TPUEngineV0(_TPUEngine):
@@ -349,32 +384,27 @@ class TPUEngineV0(_TPUEngine):
     return self.engine(features, weights)
 
 
-class HostEngineV2(TPUEngineV2):
+class HostEngineV2(_StackedTables, _HostAdapter):
   """Off the TPU, the SparseCore's numbers (`tfemb.TPUEmbeddingV2` on the
   host), when the layer is given a `sparse_core_embedding_config` or
   `embedding_feature=V2`: trained through the gradient trap as on a
   SparseCore, tables stacked and keyed as there."""
 
+  serving_fallback = False  # the SparseCore's input rules
+
   def __init__(self, feature_config, optimizer, table_config_map, strategy,
                pipeline_execution_with_tensor_core, embedding_feature,
-               sparse_core_embedding_config):  # pylint: disable=super-init-not-called
+               sparse_core_embedding_config):
     del strategy
-    self.embedding_feature = embedding_feature
-    self._feature_config = feature_config
-    self._table_config_map = table_config_map
     self._check_features(feature_config)
-    self.engine = sparsecore_engine.TPUEmbeddingV2(
-        feature_config, optimizer, pipeline_execution_with_tensor_core,
-        sparse_core_embedding_config)
-    self._learning_rates = []  # the host's update steps them itself
+    super().__init__(
+        feature_config, table_config_map, embedding_feature,
+        sparsecore_engine.TPUEmbeddingV2(
+            feature_config, optimizer, pipeline_execution_with_tensor_core,
+            sparse_core_embedding_config))
 
-  def lookup(self, features, weights, dummy, training):
-    if export.saving():  # traced for a SavedModel: no training engine
-      return export.serving_activations(self.engine, features, weights)
-    # Looked up outside the trap (tf.custom_gradient refuses a function
-    # that reads variables), as the first generation's host adapter does.
+  def _forward(self, features, weights):
+    # The host's update steps the Keras-translated learning rates itself.
     activations, preserved = self.engine(features, weights)
-    return _trapped(
-        self._feature_config, activations,
-        lambda grads: self.engine.apply_gradients(grads, preserved), dummy,
-        training)
+    return activations, (
+        lambda grads: self.engine.apply_gradients(grads, preserved))
