@@ -20,16 +20,31 @@ bash ci/install_clients.sh          # Model Garden, for tests/test_model_garden.
 bash ci/install_cross_compiler.sh   # aarch64, for tests/test_kernel_builds.py
 source ci/passes.sh
 
-run_passes .venv/bin/python tests
-echo "=== the whole suite passed under both Keras flavours ==="
-
 read_version() {  # <name> <file>: a version constant of a tfemb module
   sed -n "s/^$1 = \"\(.*\)\"$/\1/p" "$2"
 }
 oldest="$(read_version OLDEST tfemb/tf_versions.py)"
 keras_min="$(read_version KERAS_MIN tfemb/layers/keras_versions.py)"
+# The oldest TensorFlow's environment is installed while the newest's tests
+# run: the install is mostly downloading and unpacking, which the tests'
+# two cores leave room for.
+oldest_setup_log="$(mktemp)"
+( source ci/setup_tf_version.sh "$oldest" "$keras_min" ) \
+  > "$oldest_setup_log" 2>&1 &
+oldest_setup=$!
+
+run_passes .venv/bin/python tests
+echo "=== the whole suite passed under both Keras flavours ==="
+
 echo "=== the core tests on TensorFlow $oldest with Keras $keras_min ==="
-source ci/setup_tf_version.sh "$oldest" "$keras_min"
+set +e; wait "$oldest_setup"; rc=$?; set -e
+cat "$oldest_setup_log"
+rm -f "$oldest_setup_log"
+if [ "$rc" -ne 0 ]; then
+  echo "installing TensorFlow $oldest failed (exit code $rc)"
+  exit "$rc"
+fi
+source ci/setup_tf_version.sh "$oldest" "$keras_min"  # installed: sets TF_VENV
 run_passes "$TF_VENV/bin/python" tests \
   --ignore-glob='tests/test_benchmark_*' \
   --ignore=tests/test_interrupted_training.py \
