@@ -10,10 +10,11 @@ row gathers (the access pattern of an embedding step) from a 256 MiB table.
 """
 
 import argparse
-import json
 import time
 
 import numpy as np
+
+from benchmarks import cli
 
 
 def _best_seconds(fn, repeats):
@@ -49,12 +50,14 @@ def measure(mib: int = 256, repeats: int = 7) -> dict:
   }
 
 
-def main(argv=None):
+def parse_args(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--out", required=True)
-  args = p.parse_args(argv)
-  with open(args.out, "w") as f:
-    json.dump(measure(), f, indent=1)
+  return p.parse_args(argv)
+
+
+def main(argv=None):
+  cli.main(parse_args, lambda args: measure(), argv)
 
 
 if __name__ == "__main__":

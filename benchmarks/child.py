@@ -12,9 +12,9 @@ own VmHWM.
 import argparse
 import dataclasses
 import importlib
-import json
 import time
 
+from benchmarks import cli
 from benchmarks import procmem
 from benchmarks import timing
 from benchmarks import workload as workload_lib
@@ -83,10 +83,7 @@ def run(args) -> dict:
 
 
 def main(argv=None):
-  args = parse_args(argv)
-  result = run(args)
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=1)
+  cli.main(parse_args, run, argv)
 
 
 if __name__ == "__main__":

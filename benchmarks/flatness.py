@@ -16,12 +16,12 @@ their medians is the flatness the suite reports.
 
 import argparse
 import dataclasses
-import json
 import time
 
 import numpy as np
 
 from benchmarks import child
+from benchmarks import cli
 from benchmarks import procmem
 from benchmarks import timing
 from benchmarks import workload as workload_lib
@@ -104,10 +104,7 @@ def run(args) -> dict:
 
 
 def main(argv=None):
-  args = parse_args(argv)
-  result = run(args)
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=1)
+  cli.main(parse_args, run, argv)
 
 
 if __name__ == "__main__":

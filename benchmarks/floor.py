@@ -18,7 +18,6 @@ part against the memory-traffic bound (item 3).
 """
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -26,6 +25,7 @@ import subprocess
 import tempfile
 from typing import Dict, List
 
+from benchmarks import cli
 from benchmarks import procmem
 from benchmarks import workload as workload_lib
 from benchmarks.stacks import REPO
@@ -106,10 +106,7 @@ def run(args) -> dict:
 
 
 def main(argv=None):
-  args = parse_args(argv)
-  result = run(args)
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=1)
+  cli.main(parse_args, run, argv)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""benchmarks.kernel_ab: a git revision's kernels beside the working tree's.
+"""benchmarks.lab.kernel_ab: a git revision's kernels beside the working tree's.
 
 The renamed source must register every op under the base prefix (or the two
 libraries would collide), the comparison must refuse builds that compute
@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from benchmarks import kernel_ab
+from benchmarks.lab import kernel_ab
 
 KERNELS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "tfemb",
                        "kernels")

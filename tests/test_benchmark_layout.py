@@ -1,12 +1,12 @@
-"""benchmarks/layout.py's step: the order of lookups and updates (`--order`),
-and the same numbers in both orders."""
+"""benchmarks/lab/layout.py's step: the order of lookups and updates
+(`--order`), and the same numbers in both orders."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tfemb
-from benchmarks import layout
+from benchmarks.lab import layout
 
 VOCAB, DIM, LR = 20, 4, 0.5
 IDS = [[[1, 3, 1, 7], [0, 0, 5, 2], [9, 4, 4, 4]],

@@ -1,13 +1,13 @@
-"""benchmarks/mirrored.py times what it says: in its `mirrored` mode the
+"""benchmarks/lab/mirrored.py times what it says: in its `mirrored` mode the
 suite's Keras step trains mirrored tables, through the fused kernels."""
 
 import numpy as np
 import tensorflow as tf
 
-from benchmarks import mirrored
 from benchmarks import timing
 from benchmarks import train_step
 from benchmarks import workload as workload_lib
+from benchmarks.lab import mirrored
 
 
 def test_the_mirrored_mode_trains_mirrored_tables_with_the_kernels(

@@ -1,11 +1,11 @@
-"""benchmarks/modes.py's head-alone step: the workload's Dense(1) head on
+"""benchmarks/lab/modes.py's head-alone step: the workload's Dense(1) head on
 gathered activations, checked against numpy."""
 
 import numpy as np
 import tensorflow as tf
 
-from benchmarks import modes
 from benchmarks import workload as workload_lib
+from benchmarks.lab import modes
 import reference
 
 

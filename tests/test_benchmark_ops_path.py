@@ -1,4 +1,4 @@
-"""benchmarks/ops_path.py: both host paths timed in alternating rounds, and
+"""benchmarks/lab/ops_path.py: both host paths timed in alternating rounds, and
 the rounds' arithmetic (`benchmarks/timing.py`)."""
 
 import json
@@ -6,8 +6,8 @@ import json
 import pytest
 import tensorflow as tf
 
-from benchmarks import ops_path
 from benchmarks import timing
+from benchmarks.lab import ops_path
 from tfemb.host import tables
 
 

@@ -1,4 +1,4 @@
-"""benchmarks/page_faults.py runs end to end on a tiny workload."""
+"""benchmarks/lab/page_faults.py runs end to end on a tiny workload."""
 
 import json
 import os
@@ -11,7 +11,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def test_page_faults_reports_both_settings_and_the_cost(tmp_path):
   out = tmp_path / "faults.json"
   done = subprocess.run(
-      [sys.executable, "-m", "benchmarks.page_faults", "--vocab", "1000",
+      [sys.executable, "-m", "benchmarks.lab.page_faults", "--vocab", "1000",
        "--rounds", "1", "--steps", "5", "--blocks", "2", "--block-steps",
        "2", "--out", str(out)],
       cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),

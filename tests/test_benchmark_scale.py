@@ -1,4 +1,4 @@
-"""`python -m benchmarks.scale` trains, saves, restores, exports and serves
+"""`python -m benchmarks.lab.scale` trains, saves, restores, exports and serves
 (tiny sizes)."""
 
 import os
@@ -11,7 +11,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 def test_scale_saves_and_restores_exactly(tmp_path):
   result = subprocess.run(
-      [sys.executable, "-m", "benchmarks.scale", "--rows", "20000",
+      [sys.executable, "-m", "benchmarks.lab.scale", "--rows", "20000",
        "--compare-rows", "2000", "--steps", "5", "--batch", "256", "--out",
        str(tmp_path)],
       cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),

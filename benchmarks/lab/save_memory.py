@@ -1,6 +1,6 @@
 """Memory of a checkpoint save and restore, per table layout.
 
-`python -m benchmarks.save_memory [--tables 8 --rows 1000000 --dim 32]`
+`python -m benchmarks.lab.save_memory [--tables 8 --rows 1000000 --dim 32]`
 runs, each in its own process, the same Adam tables with the slots in
 variables of their own (the option `interleaved_slots=False`) and beside
 the parameters (`True`): build, 3 training steps, `tf.train.Checkpoint.write`,
@@ -99,7 +99,7 @@ def main(argv=None):
   with tempfile.TemporaryDirectory() as out:
     for flag, layout in (("0", "separate"), ("1", "interleaved")):
       done = subprocess.run(
-          [sys.executable, "-m", "benchmarks.save_memory", "--child", flag,
+          [sys.executable, "-m", "benchmarks.lab.save_memory", "--child", flag,
            "--out", out, "--tables", str(args.tables), "--rows",
            str(args.rows), "--dim", str(args.dim)],
           capture_output=True, text=True, check=False)

@@ -1,8 +1,8 @@
 """`TPUEmbeddingV2` beside the first generation: the ratio of their steps.
 
-    python -m benchmarks.v2_ab --api mid --vocab 100000
-    python -m benchmarks.v2_ab --api keras --vocab 100000 --calls 60
-    python -m benchmarks.v2_ab --api mid --vocab 5000000 --rounds 11
+    python -m benchmarks.lab.v2_ab --api mid --vocab 100000
+    python -m benchmarks.lab.v2_ab --api keras --vocab 100000 --calls 60
+    python -m benchmarks.lab.v2_ab --api mid --vocab 5000000 --rounds 11
 
 The suite's workload (8 tables of width 32, stacked into one by
 `TPUEmbeddingV2`, batch 4096, Zipf ids) trained by both generations:
@@ -13,7 +13,7 @@ layer (`tfemb`, and `tfemb-v2`: the layer following the SparseCore).
 
 By default both are built in one process and timed in alternating blocks
 of calls, which go first in turn: separate processes of unchanged code
-differ by up to 2x on a shared host (`benchmarks/modes.py`), and within
+differ by up to 2x on a shared host (`benchmarks/lab/modes.py`), and within
 one process both see the same state of the host. That holds both
 generations' tables in memory at once (with Adagrad at 5M rows, about
 21 GB); `--processes` runs each measurement in a child process of its own
@@ -36,7 +36,7 @@ STACKS = {"mid": ("tfemb-emb", "tfemb-emb-v2"), "keras": ("tfemb", "tfemb-v2")}
 
 
 def parse_args(argv=None, doc=__doc__, api="mid"):
-  """The arguments of this tool, and of `benchmarks.ops_path` (`doc`)."""
+  """The arguments of this tool, and of `benchmarks.lab.ops_path` (`doc`)."""
   p = argparse.ArgumentParser(description=doc.splitlines()[0])
   p.add_argument("--api", choices=sorted(STACKS), default=api)
   p.add_argument("--optimizer", default="adagrad",

@@ -1,9 +1,9 @@
 """The host engine's TensorFlow-ops path beside its fused kernels.
 
-    python -m benchmarks.ops_path --optimizer adagrad --vocab 100000
-    TF_USE_LEGACY_KERAS=1 python -m benchmarks.ops_path --optimizer sgd
-    python -m benchmarks.ops_path --api mid --optimizer adam
-    python -m benchmarks.ops_path --optimizer adagrad --vocab 5000000 \
+    python -m benchmarks.lab.ops_path --optimizer adagrad --vocab 100000
+    TF_USE_LEGACY_KERAS=1 python -m benchmarks.lab.ops_path --optimizer sgd
+    python -m benchmarks.lab.ops_path --api mid --optimizer adam
+    python -m benchmarks.lab.ops_path --optimizer adagrad --vocab 5000000 \
         --processes --rounds 5
 
 The suite's workload trained twice: by an engine built under
@@ -14,7 +14,7 @@ the Keras layer's whole training step (stack `tfemb`, the suite's
 `tf.function` step); `--api mid` the embedding part alone through the
 mid-level API (`tfemb-emb`).
 
-As `benchmarks.v2_ab`: both built in one process and timed in alternating
+As `benchmarks.lab.v2_ab`: both built in one process and timed in alternating
 blocks of calls, and the result is the median over the rounds of
 ops / fused; `--processes` runs each measurement in a child process of
 its own (`TFEMB_FUSED_KERNELS=0` for the ops path), for tables too big to
@@ -24,8 +24,8 @@ hold twice.
 import json
 
 from benchmarks import timing
-from benchmarks import v2_ab
 from benchmarks import workload as workload_lib
+from benchmarks.lab import v2_ab
 
 STACKS = {"mid": "tfemb-emb", "keras": "tfemb"}
 ENGINES = ("fused", "ops")

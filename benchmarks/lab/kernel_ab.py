@@ -1,8 +1,10 @@
 """Two builds of tfemb's kernels timed side by side in one process.
 
-    python -m benchmarks.kernel_ab --base HEAD~1 --optimizer sgd --vocab 5000000
-    python -m benchmarks.kernel_ab --base 90a2bc6 --optimizer adam --vocab 100000
-    python -m benchmarks.kernel_ab --base HEAD --base-march x86-64 \
+    python -m benchmarks.lab.kernel_ab --base HEAD~1 --optimizer sgd \
+        --vocab 5000000
+    python -m benchmarks.lab.kernel_ab --base 90a2bc6 --optimizer adam \
+        --vocab 100000
+    python -m benchmarks.lab.kernel_ab --base HEAD --base-march x86-64 \
         --optimizer adam
 
 A kernel change worth 5-10% of the embedding step is smaller than what this
@@ -16,14 +18,14 @@ step with either on the same tables, in alternating blocks (base then
 current, then current then base, ...): the machine's minutes fall on both
 alike.
 
-The step is `benchmarks.layout`'s in the training order (`--order
+The step is `benchmarks.lab.layout`'s in the training order (`--order
 lookups-first`): per batch of the workload, the 8 tables' lookups, then
 their row-gradient sums and updates, with a fixed stand-in gradient, tables
 in tfemb's default layout (the slots beside the parameters), both builds'
-ops called directly (`benchmarks.kernel_calls`). Before timing, both builds look up and
-update copies of the same small random tables: the lookups' outputs and the
-tables must agree (to 1e-6; whether bit for bit is printed), or the tool
-stops.
+ops called directly (`benchmarks.lab.kernel_calls`). Before timing, both
+builds look up and update copies of the same small random tables: the
+lookups' outputs and the tables must agree (to 1e-6; whether bit for bit is
+printed), or the tool stops.
 
 Prints the median ms per step of each build and current / base; `--out`
 writes them as JSON.
@@ -42,9 +44,9 @@ import time
 
 import numpy as np
 
-from benchmarks import kernel_calls
-from benchmarks import layout
 from benchmarks import workload as workload_lib
+from benchmarks.lab import kernel_calls
+from benchmarks.lab import layout
 from benchmarks.stacks import REPO
 
 KERNEL_DIR = "tfemb/kernels"
@@ -187,7 +189,7 @@ def _setup(vocab, optimizer, random_tables):
 
 
 def _steps(work, tables, variables, batches, width, library):
-  """`benchmarks.layout`'s embedding step in the training order."""
+  """`benchmarks.lab.layout`'s embedding step in the training order."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   return layout.make_steps(

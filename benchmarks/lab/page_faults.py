@@ -1,7 +1,8 @@
 """Page faults in a tfemb step, with and without `tfemb.heap`'s thresholds.
 
-    python -m benchmarks.page_faults --optimizer sgd --vocab 5000000
-    python -m benchmarks.page_faults --optimizer adam --vocab 100000 --rounds 3
+    python -m benchmarks.lab.page_faults --optimizer sgd --vocab 5000000
+    python -m benchmarks.lab.page_faults --optimizer adam --vocab 100000 \
+        --rounds 3
 
 Two measurements of the suite's tfemb Keras step (`benchmarks.child`):
 
@@ -18,10 +19,10 @@ Two measurements of the suite's tfemb Keras step (`benchmarks.child`):
 """
 
 import argparse
-import json
 
 import numpy as np
 
+from benchmarks import cli
 from benchmarks import runner
 from benchmarks import workload as workload_lib
 
@@ -105,7 +106,7 @@ def _parent(args):
           k: res[k] for k in ("median_ms", "p10_ms", "page_faults_per_step")}))
       print(f"| {setting} | {res['median_ms']:.2f} | {res['p10_ms']:.2f} | "
             f"{res['page_faults_per_step']:.0f} |", flush=True)
-  cost = results["cost"] = runner.result("benchmarks.page_faults", [
+  cost = results["cost"] = runner.result("benchmarks.lab.page_faults", [
       "--cost-child", "--optimizer", args.optimizer, "--vocab",
       str(args.vocab), "--blocks", str(args.blocks), "--block-steps",
       str(args.block_steps)], "cost")
@@ -118,8 +119,7 @@ def _parent(args):
   print(f"- a page fault costs the step {per:.2f} us" if per else
         "- no more faults with the lower threshold: no cost measured")
   if args.out:
-    with open(args.out, "w") as f:
-      json.dump(results, f, indent=1)
+    cli.write_json(args.out, results)
 
 
 def main(argv=None):
@@ -127,9 +127,7 @@ def main(argv=None):
   if not args.cost_child:
     _parent(args)
     return
-  result = cost_per_fault(args)
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=1)
+  cli.write_json(args.out, cost_per_fault(args))
 
 
 if __name__ == "__main__":

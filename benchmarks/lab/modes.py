@@ -1,6 +1,6 @@
 """The same step in several fresh processes: how far apart their medians are.
 
-    python -m benchmarks.modes --optimizer sgd --vocab 100000 --processes 6
+    python -m benchmarks.lab.modes --optimizer sgd --vocab 100000 --processes 6
 
 On the shared 2-core hosts here the median step of unchanged code differs
 between processes by up to 2x (benchmarks/README.md, "A second full run").
@@ -86,7 +86,7 @@ def main(argv=None):
         "(p10-p90) per fresh process")
   print("process | tfemb Keras step | head alone")
   for i in range(args.processes):
-    r = runner.result("benchmarks.modes", [
+    r = runner.result("benchmarks.lab.modes", [
         "--optimizer", args.optimizer, "--vocab", str(args.vocab),
         "--steps", str(args.steps)], f"process {i + 1}")
     cells = [f"{r[k]['median_ms']:.2f} ({r[k]['p10_ms']:.2f}-"

@@ -1,8 +1,9 @@
 """The embedding step with the slots beside the parameters, or apart.
 
-    python -m benchmarks.layout                       # Adam, 100k and 5M
-    python -m benchmarks.layout --optimizer adagrad --sizes 5000000
-    python -m benchmarks.layout --order lookups-first --sizes 1000000 5000000
+    python -m benchmarks.lab.layout                       # Adam, 100k and 5M
+    python -m benchmarks.lab.layout --optimizer adagrad --sizes 5000000
+    python -m benchmarks.lab.layout --order lookups-first \
+        --sizes 1000000 5000000
 
 Times the suite's embedding-only step (its 8 tables and Zipf batches, 8
 batches per call) on tfemb's fused kernels called directly, with each
@@ -33,11 +34,11 @@ stand-in gradient: the part of a training step that the layout changes.
 """
 
 import argparse
-import json
 import time
 
 import numpy as np
 
+from benchmarks import cli
 from benchmarks import runner
 from benchmarks import workload as workload_lib
 
@@ -73,10 +74,10 @@ def make_steps(tables, variables, batches, names, lr, row_width: int,
   With `order` "per-table" each table is updated right after its own
   lookup; with "lookups-first" every update of a batch waits for every
   lookup of it (through the sum of one value of each). `library`: another
-  build of the kernels (benchmarks/kernel_ab.py); by default tfemb's.
+  build of the kernels (benchmarks/lab/kernel_ab.py); by default tfemb's.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from benchmarks import kernel_calls  # pylint: disable=g-import-not-at-top
+  from benchmarks.lab import kernel_calls  # pylint: disable=g-import-not-at-top
 
   library = library or kernel_calls.default_library()
 
@@ -162,7 +163,7 @@ def _parent(args):
     medians = {k: [] for k in LAYOUTS}
     for r in range(args.rounds):
       for layout in (LAYOUTS if r % 2 == 0 else LAYOUTS[::-1]):
-        result = runner.result("benchmarks.layout", [
+        result = runner.result("benchmarks.lab.layout", [
             "--layout", layout, "--sizes", str(size), "--optimizer",
             args.optimizer, "--calls", str(args.calls), "--order",
             args.order], f"{layout} at {size}")
@@ -177,9 +178,7 @@ def main(argv=None):
   if args.layout is None:
     _parent(args)
     return
-  result = _child(args)
-  with open(args.out, "w") as f:
-    json.dump(result, f, indent=1)
+  cli.write_json(args.out, _child(args))
 
 
 if __name__ == "__main__":
