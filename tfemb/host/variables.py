@@ -91,86 +91,18 @@ class TableStore:
     """Same object graph and names as TensorFlow's `TPUEmbeddingBase`.
 
     Where `tfemb.interleaved_tables` wants it, the parameters and slots are
-    column views of one variable, under the same names and initializers.
+    column views of one variable, under the same names and initializers
+    (`interleaved_tables.create`).
     """
-    table_shape = (table.vocabulary_size, table.dim)
     names = slot_names(table)
     inits = self._slot_initializers.get(table.name) or (
         optimizers.slot_initializers(table.optimizer))
-    storage = None
+    track = functools.partial(self._track, owner, table)
     if interleaved_tables.wanted(table, self.partitioned, self._options):
-      width = (1 + len(names)) * table.dim
-      storage = tf.Variable(
-          initialization.uninitialized((table.vocabulary_size, width),
-                                       tf.float32),
-          shape=(table.vocabulary_size, width), dtype=tf.float32,
-          trainable=False, name=table.name + "/interleaved")
-      self._advise_huge_pages(storage)
-    # A view's columns, by the name TensorFlow gives the variable.
-    column = {table.name: 0}
-    column.update({f"{table.name}/{n}": k + 1 for k, n in enumerate(names)})
-    shapes = _shapes(table)
-
-    def plain(name, dtype, initializer, trainable, blocks):
-      shape = shapes[name]
-      if blocks:
-        initial_value = initialization.uninitialized(shape, dtype)
-      elif self.partitioned and initialization.is_elementwise(initializer):
-        initial_value = _per_shard(initializer, shape, dtype)
-      else:
-        initial_value = functools.partial(initializer, shape, dtype=dtype)
-      variable = tf.Variable(
-          name=name,
-          initial_value=initial_value,
-          shape=shape,
-          dtype=dtype,
-          trainable=trainable)
-      if blocks:
-        self._advise_huge_pages(variable)
-        initialization.fill_in_blocks(
-            functools.partial(initialization.scatter_rows, variable),
-            table_shape, dtype, initializer, blocks)
-      return variable
-
-    def view(name, dtype, initializer, trainable, blocks):
-      variable = interleaved_tables.ColumnView(
-          storage, column[name] * table.dim, table.dim, name, trainable)
-      if blocks:
-        initialization.fill_in_blocks(variable.assign_rows, table_shape,
-                                      dtype, initializer, blocks)
-      else:
-        variable.assign(initializer(table_shape, dtype=dtype),
-                        read_value=False)
-      if initialization.is_restored(initializer):  # not restored again
-        tf_internals.mark_restored(variable, initializer.restore_uid)
-      return variable
-
-    def getter(name, shape, dtype, initializer, trainable):
-      del shape  # The tracking code may clear it; use the table's.
-      blocks = None
-      if not self.partitioned and shapes[name] == table_shape:
-        blocks = initialization.block_rows(initializer, table_shape, dtype)
-      try:
-        make = plain if storage is None else view
-        return make(name, dtype, initializer, trainable, blocks)
-      except ValueError as e:  # a restored value of another shape
-        raise ValueError(
-            f"Table {table.name!r} ({name}): expected shape "
-            f"{shapes[name]} (vocabulary_size, dim); the "
-            f"checkpoint being restored holds another: {e}") from None
-
-    def create(name, initializer, trainable=True):
-      return tf_internals.add_variable_with_custom_getter(
-          owner,
-          name=name,
-          initializer=initializer,
-          shape=shapes[name],
-          dtype=tf.float32,
-          getter=getter,
-          trainable=trainable,
-          overwrite=True)  # a build that failed part way may be retried
-
-    parameters = create(table.name, table.initializer)
+      return interleaved_tables.create(table, names, inits, track,
+                                       self._options)
+    plain = functools.partial(self._plain, table)
+    parameters = track(table.name, table.initializer, plain)
     slots = {}
     if table.optimizer is not None:
       if table.optimizer.slot_variable_creation_fn is not None:
@@ -178,11 +110,66 @@ class TableStore:
             parameters, names, inits)
       else:
         slots = {
-            name: create(table.name + "/" + name, init, False)
+            name: track(table.name + "/" + name, init, plain,
+                        trainable=False)
             for name, init in zip(names, inits)
         }
     slots["parameters"] = parameters
     return slots
+
+  def _track(self, owner, table, name, initializer, make, trainable=True):
+    """`owner`'s child `name`, a variable of `table` (its parameters or a
+    slot), made by `make(name, dtype, initializer, trainable, blocks)` when
+    TensorFlow's tracking asks for it: with a checkpoint's value as its
+    initializer when a restore of it is pending, and `blocks` the rows of
+    each block of its initialization (`tfemb.initialization`), or None."""
+    table_shape = (table.vocabulary_size, table.dim)
+    shapes = _shapes(table)
+
+    def getter(name, shape, dtype, initializer, trainable):
+      del shape  # The tracking code may clear it; use the table's.
+      blocks = None
+      if not self.partitioned and shapes[name] == table_shape:
+        blocks = initialization.block_rows(initializer, table_shape, dtype)
+      try:
+        return make(name, dtype, initializer, trainable, blocks)
+      except ValueError as e:  # a restored value of another shape
+        raise ValueError(
+            f"Table {table.name!r} ({name}): expected shape "
+            f"{shapes[name]} (vocabulary_size, dim); the "
+            f"checkpoint being restored holds another: {e}") from None
+
+    return tf_internals.add_variable_with_custom_getter(
+        owner,
+        name=name,
+        initializer=initializer,
+        shape=shapes[name],
+        dtype=tf.float32,
+        getter=getter,
+        trainable=trainable,
+        overwrite=True)  # a build that failed part way may be retried
+
+  def _plain(self, table, name, dtype, initializer, trainable, blocks):
+    """A variable of its own for `table`'s parameters or slot `name`."""
+    shape = _shapes(table)[name]
+    if blocks:
+      initial_value = initialization.uninitialized(shape, dtype)
+    elif self.partitioned and initialization.is_elementwise(initializer):
+      initial_value = _per_shard(initializer, shape, dtype)
+    else:
+      initial_value = functools.partial(initializer, shape, dtype=dtype)
+    variable = tf.Variable(
+        name=name,
+        initial_value=initial_value,
+        shape=shape,
+        dtype=dtype,
+        trainable=trainable)
+    if blocks:
+      self._advise_huge_pages(variable)
+      initialization.fill_in_blocks(
+          functools.partial(initialization.scatter_rows, variable),
+          (table.vocabulary_size, table.dim), dtype, initializer, blocks)
+    return variable
 
   @property
   def shapes(self) -> Dict[str, Tuple[int, ...]]:

@@ -18,8 +18,8 @@ below is one op per table, run by the build this process loaded
   `check_rows(...)`, with the same arguments: whether it would leave them
   and their slots finite, writing nothing.
 * `read_columns`, `write_columns`, `split_columns`, `rejoin_columns`: an
-  interleaved table's columns, read, written, and saved without a second
-  copy of the table.
+  interleaved table's columns (`tfemb.interleaved_tables`), read, written,
+  and saved without a second copy of the table.
 * `advise_huge_pages(variable)`: 2 MiB pages for a table created empty.
 
 Every op checks the shapes and dtypes of what it is given (a scalar

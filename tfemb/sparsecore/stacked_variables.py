@@ -10,7 +10,7 @@ assigned whole, in TensorFlow's layout, and saved in a checkpoint under
 TensorFlow's key as one tensor of the stacked shape, written slice by
 slice straight from the tables' variables (no copy of the stack; a table
 whose slots sit beside its parameters is split for the save, as
-`tfemb.column_view` saves it). A checkpoint restores into it from a
+`tfemb.interleaved_tables` saves it). A checkpoint restores into it from a
 stacked tensor saved whole or in slices; TensorFlow's classes restore its
 value as they restore a variable. `join` and `split` make a stacked value
 of its tables' values, and back.
@@ -30,8 +30,8 @@ from tensorflow.python.trackable import autotrackable
 from tensorflow.python.trackable import base as trackable
 from tensorflow.python.training.saving import saveable_object  # pylint: disable=g-direct-tensorflow-import
 
-from tfemb import column_view
 from tfemb import initialization
+from tfemb import interleaved_tables
 from tfemb import optimizers
 from tfemb import replicas
 from tfemb.host import variables as variables_lib
@@ -167,11 +167,11 @@ class StackedVariable(trackable.Trackable):
   def assign(self, value, use_locking=None, name=None, read_value=True):
     """Writes `value` (the stacked shape) into its tables' variables."""
     del use_locking, name
-    parts = split(column_view.assign_value(self, value), self._rows,
+    parts = split(interleaved_tables.assign_value(self, value), self._rows,
                   self._shards)
     ops = [table.assign(part, read_value=False)
            for table, part in zip(self._tables, parts)]
-    return column_view.assigned(
+    return interleaved_tables.assigned(
         self, tf.group([op for op in ops if op is not None]), read_value)
 
   def assign_add(self, delta, use_locking=None, name=None, read_value=True):
