@@ -6,8 +6,8 @@ Trains two steps of each generation, through its protocol and through the
 Keras layer (`TPUEmbedding` with Adagrad, `TPUEmbeddingV2` with Adam and a
 `CustomCombiner` with weights, tables stacked), from fixed initial values
 and batches, saves a `tf.train.Checkpoint` of each and lists every key with
-its shape and a digest of its value. With `--base`, does the same in the other checkout
-(its own process and `PYTHONPATH`, this interpreter) and exits 1 when any
+its shape and a digest of its value. With `--base`, does the same with the other checkout's
+tfemb (its own process and `PYTHONPATH`, this script and interpreter) and exits 1 when any
 key, shape or value differs. Use it to check that a restructuring of the
 engines leaves what they save unchanged.
 """
@@ -88,8 +88,9 @@ def _layer(tf, tfemb, feature):
   inputs = {n: tf.keras.Input(shape=(), batch_size=4, dtype=tf.int64,
                               name=n) for n in features}
   outputs = layer(inputs)
+  joined = tf.keras.layers.Concatenate()(list(outputs.values()))
   model = tf.keras.Model(inputs, tf.keras.layers.Dense(
-      1, kernel_initializer="ones")(tf.concat(list(outputs.values()), 1)))
+      1, kernel_initializer="ones")(joined))
   model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss="mse")
   batches = _batches()
   x = {n: np.stack(batches).reshape(-1) for n in features}
@@ -119,7 +120,7 @@ def saved(out: str) -> None:
   with tempfile.TemporaryDirectory() as tmp:
     for case, make in cases.items():
       tf.keras.utils.set_random_seed(0)
-      path = tf.train.Checkpoint(root=make()).write(
+      path = tf.train.Checkpoint(saved=make()).write(
           os.path.join(tmp, case.replace(" ", "_")))
       reader = tf.train.load_checkpoint(path)
       result[case] = {
@@ -148,10 +149,10 @@ def differences(ours, theirs) -> list:
 
 
 def _run(root: pathlib.Path, out: str) -> None:
+  """This script (the same code for both) on the tfemb of `root`."""
   env = dict(os.environ, PYTHONPATH=str(root), TF_CPP_MIN_LOG_LEVEL="3")
-  subprocess.run([sys.executable, "-m", "benchmarks.checkpoint_keys",
-                  "--write", out], cwd=root, env=env, check=True,
-                 stdout=subprocess.DEVNULL)
+  subprocess.run([sys.executable, os.path.abspath(__file__), "--write", out],
+                 cwd=root, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
 def main(argv=None) -> int:

@@ -208,3 +208,59 @@ def test_checkpoint_of_another_configuration_is_refused(
   with pytest.raises(ValueError, match=message):
     tf.train.Checkpoint(embedding=embedding).restore(path)
     embedding.build()
+
+
+def _v2_config(name="t"):
+  table = tfemb.TableConfig(16, 4, name=name)
+  return {"f": tfemb.FeatureConfig(table, output_shape=[4], name="f")}
+
+
+def _train_v2(embedding):
+  ids = {"f": tf.constant([1, 5, 1, 9])}
+  with tf.GradientTape() as tape:
+    activations, preserved = embedding(ids)
+    tape.watch(activations)
+    loss = tf.reduce_sum(tf.sin(activations["f"]))
+  embedding.apply_gradients(tape.gradient(loss, activations), preserved)
+
+
+def _make(generation, name="t"):
+  if generation == "TPUEmbeddingV2":
+    return tfemb.TPUEmbeddingV2(_v2_config(name), tfemb.Adagrad(0.1))
+  table = tfemb.TableConfig(16, 4, name=name)
+  return tfemb.TPUEmbedding({"f": tfemb.FeatureConfig(table)},
+                            tfemb.Adagrad(0.1))
+
+
+def _train(embedding):
+  if isinstance(embedding, tfemb.TPUEmbeddingV2):
+    _train_v2(embedding)
+    return
+  embedding.enqueue({"f": tf.constant([1, 5, 1, 9])}, training=True)
+  embedding.dequeue()
+  embedding.apply_gradients({"f": tf.ones([4, 4])})
+
+
+@pytest.mark.parametrize("generation", ["TPUEmbedding", "TPUEmbeddingV2"])
+@pytest.mark.parametrize("write", ["save", "write"])
+def test_the_engine_as_a_checkpoints_root_saves_and_restores(
+    generation, write, tmp_path):
+  # `tf.train.Checkpoint(root=engine)` keeps its save counter (and `root`)
+  # on the engine: not tables of another configuration.
+  saved = _make(generation)
+  _train(saved)
+  path = getattr(tf.train.Checkpoint(root=saved), write)(
+      str(tmp_path / "ckpt"))
+  restored = _make(generation)
+  restored.build()
+  read = "read" if write == "write" else "restore"  # TensorFlow's pairs
+  getattr(tf.train.Checkpoint(root=restored), read)(path).assert_consumed()
+  # By table name: TPUEmbedding keys them by TableConfig.
+  tables = lambda e: {getattr(k, "name", k): np.asarray(v)  # pylint: disable=g-long-lambda
+                      for k, v in e.embedding_tables.items()}
+  want, got = tables(saved), tables(restored)
+  assert set(got) == set(want) and want
+  for name, table in want.items():
+    np.testing.assert_array_equal(got[name], table, err_msg=name)
+  with pytest.raises(ValueError, match="does not have|other"):
+    getattr(tf.train.Checkpoint(root=_make(generation, "other")), read)(path)

@@ -256,10 +256,11 @@ def test_bad_build_options_still_give_the_fused_path(env):
   assert "unavailable" not in stderr
 
 
+@pytest.mark.runs_under("keras3")
 def test_the_kernels_compile_for_aarch64(tmp_path):
   # No x86-only code: both sources compile to AArch64 objects (there is no
   # ARM TensorFlow here to link against). CI installs the cross compiler
-  # (ci/install_test_tools.sh).
+  # (ci/install_cross_compiler.sh).
   cxx = shutil.which("aarch64-linux-gnu-g++")
   if cxx is None:
     assert os.environ.get("CI") != "true", "CI installs the cross compiler"

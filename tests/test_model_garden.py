@@ -29,6 +29,9 @@ if not os.path.isdir(os.path.join(CLIENTS, "official", "recommendation")):
                      "command, does).")
 
 
+# Model Garden's code runs on tf_keras whatever the pass: the same work in
+# both passes, so it runs in the tf_keras one (`runs_under`).
+@pytest.mark.runs_under("tf_keras")
 @pytest.mark.parametrize("experiment,strategy", [
     ("dlrm_criteo", "default"),
     ("dlrm_criteo", "mirrored"),

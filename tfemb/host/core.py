@@ -28,6 +28,10 @@ from tfemb.host import variables as variables_lib
 from tfemb.host.paths import TablePath
 from tfemb.serving import savedmodel
 
+# What `tf.train.Checkpoint(root=engine)` keeps on the engine: its save
+# counter, and the root again.
+_CHECKPOINT_ROOT_CHILDREN = ("save_counter", "root")
+
 
 def build_once(create: Callable[..., None]) -> None:
   """Runs `create` (which makes the tables and slots) once.
@@ -98,10 +102,15 @@ class Engine(autotrackable.AutoTrackable):
 
   def _lookup_dependency(self, name, cached_dependencies=None):
     """Refuses a checkpoint saved with other tables or another optimizer:
-    TensorFlow asks this for every child of this object in a checkpoint
-    being restored."""
+    TensorFlow asks this, with the object's children
+    (`cached_dependencies`), for every child of this object in a checkpoint
+    being restored. Asked without them, it is a probe for a free name
+    (`tf.train.Checkpoint(root=engine)` asks for "save_counter"), which
+    finds nothing. What such a checkpoint keeps on its root is not refused
+    (`_CHECKPOINT_ROOT_CHILDREN`)."""
     found = super()._lookup_dependency(name, cached_dependencies)
-    if found is None and not name.startswith("_"):
+    if (found is None and cached_dependencies is not None and
+        not name.startswith("_") and name not in _CHECKPOINT_ROOT_CHILDREN):
       self._check_checkpoint_child(name)
     return found
 
