@@ -1,18 +1,16 @@
 """The host engine: TensorFlow's TPU embedding API on CPU and GPU.
 
 `HostEmbedding` runs `build` / `enqueue` / `dequeue` / `apply_gradients`
-and direct lookups with the TPU's numbers (docs/numerics.md). It composes
-the parts of `tfemb.host`:
-
-* `tfemb.resolution`: the configs, resolved once (names, optimizers);
-* `variables.TableStore`: the tables and slots, with TensorFlow's
-  checkpoint names;
-* `tables`: per table, the path its training steps take (the fused CPU
-  kernels, or TensorFlow's ops), chosen once when the tables exist;
-* `step`: a batch's lookups, activations and all-or-nothing update, and
-  the non-finite policy and the lock every update takes;
-* `protocol.Queue`: what waits between enqueue, dequeue and
-  apply_gradients.
+and direct lookups with the TPU's numbers (docs/numerics.md), as the first
+generation's protocol over the engine core (`core.EngineCore`, one
+variable per table: `core.Unstacked`), which owns the resolved configs,
+the tables and slots (`variables.TableStore`, TensorFlow's checkpoint
+names), each table's path (the fused CPU kernels or TensorFlow's ops), the
+non-finite policy and the one build. What is its own here: TensorFlow's
+`build` arguments and attributes, the tables by `TableConfig`, the
+parameter servers' partitioner, direct lookups, and `forward`, the batch's
+activations with the function that applies its gradients (`protocol.Queue`
+holds it between `enqueue`, `dequeue` and `apply_gradients`).
 
 No tensor of a table's size is built in a step (non-lazy Adam excepted, as
 on the TPU).
