@@ -125,7 +125,7 @@ def make_step(embedding, mode):
 
 
 def combiner_weights(embedding):
-  return embedding._combiner_vars["c"]  # pylint: disable=protected-access
+  return embedding._combiners.weights["c"]  # pylint: disable=protected-access
 
 
 def snapshot(embedding):
@@ -133,7 +133,7 @@ def snapshot(embedding):
   out = {(t, n): v.numpy().copy() for t, variables in
          embedding.variables.items() for n, v in variables.items()}
   out.update({("combiner", t): v.numpy().copy() for t, v in
-              embedding._combiner_vars.items()})  # pylint: disable=protected-access
+              embedding._combiners.weights.items()})  # pylint: disable=protected-access
   return out
 
 
@@ -580,5 +580,5 @@ def test_other_combiner_weights_are_refused_whole(tmp_path, built):
   embedding.build()
   if built:
     assert_unchanged(embedding, before)
-  weights = embedding._combiner_vars["a"]  # pylint: disable=protected-access
+  weights = embedding._combiners.weights["a"]  # pylint: disable=protected-access
   np.testing.assert_array_equal(weights.numpy(), [0.5, 0.5])

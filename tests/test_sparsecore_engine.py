@@ -516,7 +516,7 @@ def test_a_weighted_custom_combiner_trains_its_weights_by_sgd():
       stacking, {"t": embedding.embedding_tables["t"].numpy()})["t"]
   np.testing.assert_allclose(got, oracle.w, rtol=1e-5)
   np.testing.assert_allclose(
-      embedding._combiner_vars["t"].numpy(), cw, rtol=1e-5)  # pylint: disable=protected-access
+      embedding._combiners.weights["t"].numpy(), cw, rtol=1e-5)  # pylint: disable=protected-access
 
 
 def test_custom_optimizer_and_combiner_under_mirrored_sum_the_global_batch():
@@ -578,7 +578,7 @@ def test_custom_optimizer_and_combiner_under_mirrored_sum_the_global_batch():
     for copy in embedding.variables["t"][key].values:
       got = table_stacking.to_unstacked(stacking, {"t": copy.numpy()})["t"]
       np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=key)
-  weights = embedding._combiner_vars["t"]  # pylint: disable=protected-access
+  weights = embedding._combiners.weights["t"]  # pylint: disable=protected-access
   assert len(weights.values) == 2
   for copy in weights.values:
     np.testing.assert_allclose(copy.numpy(), cw, rtol=1e-5)

@@ -82,12 +82,9 @@ class TPUEmbeddingV2(core.Engine):
         config, strategy.num_replicas_in_sync, sparse_core_embedding_config)
     self._core = data_structures.NoDependency(
         core.EngineCore(config, layout, strategy))
-    self._stacking = data_structures.NoDependency(layout.stacking)
     self._table_config = layout.tables  # as TensorFlow's attribute
     self._combiners = data_structures.NoDependency(
         combiner_lib.CustomCombiners(config))
-    self._combiner_vars = data_structures.NoDependency(
-        self._combiners.weights)
     self._id_limits = data_structures.NoDependency(
         None if sparse_core_embedding_config is None else
         limit_enforcement.IdLimits(layout.stacking, config,
@@ -100,9 +97,7 @@ class TPUEmbeddingV2(core.Engine):
     """Creates the stacked tables and their slots."""
 
     def then(tables):
-      # Tracked as `<stacked table>` and `<stacked table>/<slot>` only.
-      self._variables = data_structures.NoDependency(self._core.layout.views)
-      self._tables = data_structures.NoDependency(tables)
+      del tables  # the core's; tracked as the stacked views only
       with self._core.strategy.scope():
         self._combiners.create(self._track_trackable)
       self._track_trackable(
@@ -111,6 +106,12 @@ class TPUEmbeddingV2(core.Engine):
           tpu_embedding_v3_utils.SPARSECORE_LAYOUTS_CHECKPOINT_KEY)
 
     self._core.build(self, then)
+
+  # The core's: the stacking, the stacked views by stacked table, and the
+  # tables' own variables by table.
+  _stacking = property(lambda self: self._core.layout.stacking)
+  _variables = property(lambda self: self._core.layout.views)
+  _tables = property(lambda self: self._core.tables)
 
   @property
   def embedding_tables(self) -> Dict[str, Any]:
