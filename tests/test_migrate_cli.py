@@ -4,6 +4,11 @@ Every case runs the command line as a user does (a subprocess) and checks
 the exit status, that stderr holds exactly one line of the converter's own
 (naming the file and the reason; TensorFlow's start-up log lines aside) and
 no traceback, and that nothing was written at the output prefix.
+
+The converter's processes run under Keras 3 whatever the pass's flavour
+(the conversion uses no Keras; only its imports differ), so the module
+runs in the Keras 3 pass only (`runs_under`); tests/test_migrate.py runs
+the same conversions in process under both.
 """
 
 import glob
@@ -26,8 +31,12 @@ _TF_LOG = re.compile(r"^([IWEF]\d{4} |WARNING: All log messages|To enable "
                      r"the following instructions)")
 
 
+pytestmark = pytest.mark.runs_under("keras3")
+
+
 def cli(*args):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=ROOT)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="0",
+             PYTHONPATH=ROOT)
   done = subprocess.run([sys.executable, "-m", "tfemb.migrate", *args],
                         cwd=ROOT, env=env, capture_output=True, text=True,
                         timeout=300, check=False)
