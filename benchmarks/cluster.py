@@ -281,10 +281,8 @@ def make_meter(args):
       super().__init__()
       self.began = self.before = None
       self.result = {}
-      self.losses = []
 
     def on_epoch_end(self, epoch, logs=None):
-      self.losses.append(float((logs or {}).get("loss", float("nan"))))
       if epoch == args.warmup_epochs - 1:
         self.pids = read_pids(args.pids_file)
         self.before = procnet.snapshot(self.pids.values())
@@ -358,14 +356,14 @@ def train(args):
   if manager:
     callbacks.append(tf.keras.callbacks.LambdaCallback(
         on_epoch_end=lambda epoch, logs: manager.save(epoch + 1)))
-  model.fit(data, epochs=args.warmup_epochs + args.epochs,
+  history = model.fit(data, epochs=args.warmup_epochs + args.epochs,
             initial_epoch=initial_epoch, steps_per_epoch=args.steps,
             callbacks=callbacks, verbose=0)
   out = dict(meter.result if meter else {}, stack=args.stack,
              optimizer=args.optimizer, vocab=args.vocab,
              replicas=strategy.num_replicas_in_sync,
              initial_epoch=initial_epoch,
-             losses=meter.losses if meter else [])
+             losses=[float(x) for x in history.history.get("loss", [])])
   if layer is not None:
     out["shards"] = {t.name: len(getattr(v, "variables", [v]))
                      for t, v in layer.embedding_tables.items()}

@@ -1,7 +1,8 @@
 """ParameterServerStrategy clusters of benchmarks/cluster.py on 127.0.0.1
-(a coordinator, 1 worker, 2 or 3 parameter servers; tf_keras `model.fit`):
+(a coordinator, 1 or 2 workers, 2 or 3 parameter servers; tf_keras `model.fit`):
 traffic per step against the table's size, parameter servers whose memory
-is capped below the tables' total, and a parameter server killed mid-run.
+is capped below the tables' total, and a parameter server or a worker killed
+mid-run.
 """
 
 import os
@@ -155,6 +156,40 @@ def test_a_killed_parameter_server_is_named_and_training_resumes(
   assert len(result["losses"]) == 3 - result["initial_epoch"]
   assert np.isfinite(result["losses"]).all(), result
   assert os.path.exists(tmp_path / "ckpts" / "ckpt-3.index")
+
+
+@pytest.mark.runs_under("tf_keras")
+def test_a_killed_worker_is_named_and_training_goes_on(tmp_path):
+  """Worker 1 of 2 is killed mid-run, after the first checkpoint: the
+  coordinator names it, runs the remaining steps on worker 0 and finishes
+  every epoch (TensorFlow's worker failure handling); a step of the killed
+  worker that held the tables' update lock does not stall the others."""
+  epochs = 6
+  with ports.reserved(4) as reserved:
+    layout = cluster.ps_cluster(reserved, 2)
+    with cluster.Processes(str(tmp_path / "logs")) as procs:
+      cluster.start_servers(procs, layout)
+      procs.start("coordinator", [
+          "--role", "coordinator", "--cluster", cluster.json.dumps(layout),
+          "--stack", "tfemb", "--optimizer", "adagrad", "--vocab", "2000",
+          "--batch", "256", "--steps", "10", "--epochs", str(epochs - 1),
+          "--min-shard-bytes", "65536",
+          "--checkpoint-dir", str(tmp_path / "ckpts")])
+      deadline = time.monotonic() + 180
+      while not (tmp_path / "ckpts" / "checkpoint").exists():
+        assert procs.procs["coordinator"].poll() is None, procs.log(
+            "coordinator")[-3000:]
+        assert time.monotonic() < deadline, "no checkpoint"
+        time.sleep(0.2)
+      procs.kill("worker1")
+      assert cluster.wait(procs, "coordinator", 240) == 0, procs.log(
+          "coordinator")[-3000:]
+      log = procs.log("coordinator")
+  assert "Worker /job:worker/replica:0/task:1 failed" in log, log[-3000:]
+  result = cluster.last_json(log)
+  assert len(result["losses"]) == epochs, result
+  assert np.isfinite(result["losses"]).all(), result
+  assert os.path.exists(tmp_path / "ckpts" / f"ckpt-{epochs}.index")
 
 
 SS = """\

@@ -142,7 +142,8 @@ def test_an_update_per_shard_equals_the_update_of_one_table(dim, optimizer):
     lr = tf.constant(0.3)
     sparse_update.write_rows(table, one, ids, sparse_update.new_rows(
         table, one, ids, grads, lr))
-    finite, write = sharded.prepare(table, shards, ids, grads, lr)
+    finite, write = sharded.prepare(
+        table, sharded.route(table, shards, ids, grads), lr)
     assert bool(finite)
     write()
     for n in names:
@@ -152,5 +153,5 @@ def test_an_update_per_shard_equals_the_update_of_one_table(dim, optimizer):
   assert not np.array_equal(one["parameters"].numpy(), start["parameters"])
   non_lazy = tfemb.TableConfig(10, dim, name="t",
                                optimizer=tfemb.Adam(0.05, lazy_adam=False))
-  assert sharded.prepare(non_lazy, shards, ids, grads, lr) is None
-  assert sharded.prepare(table, one, ids, grads, lr) is None
+  assert sharded.route(non_lazy, shards, ids, grads) is None
+  assert sharded.route(table, one, ids, grads) is None

@@ -59,11 +59,20 @@ class TablePath(abc.ABC):
     table) and `finite` is True; otherwise `finite` says whether every
     value is finite."""
 
+  def stage(self, ids: tf.Tensor, grads: tf.Tensor) -> Any:
+    """What `prepare` will take of rows `ids` and their summed gradients
+    `grads`, made ready before the step takes its lock (e.g. split by
+    shard and sent to the parameter servers that will compute the update);
+    `prepare` gets it as `staged`. None by default."""
+    del ids, grads
+    return None
+
   @abc.abstractmethod
   def prepare(self, batch, ids: tf.Tensor, grads: tf.Tensor, lr: tf.Tensor,
-              global_batch: bool) -> Pending:
+              global_batch: bool, staged: Any = None) -> Pending:
     """The table's optimizer on rows `ids` with learning rate `lr`
     (`global_batch`: the ids are the global batch's, not this batch's),
     computed from the rows as they are now (under the step's lock,
     `step.NonFinitePolicy.serialized`): whether the new rows and slots are
-    finite, and the function that writes them. Writes nothing."""
+    finite, and the function that writes them. Writes nothing. `staged`
+    is what `stage` returned for `ids` and `grads`."""

@@ -5,18 +5,19 @@ whose shards live on the parameter servers. Computing the update where the
 step runs would fetch every touched row of the table and of each slot from
 the parameter servers and send them all back. Instead each shard's part of
 the step's distinct ids and their summed gradients is sent to the shard's
-parameter server, which gathers its rows, applies the optimizer
-(`update_rules.apply`, with the numbers of one process) and checks them
-there; only
-the ids, the gradients and one "finite" flag per shard cross the network,
-and the write (`sparse_update.write_rows`) stays on that server too.
+parameter server (`route`, before the step takes its update lock), which
+gathers its rows, applies the optimizer (`update_rules.apply`, with the
+numbers of one process) and checks them there (`prepare`, under the lock);
+only the ids, the gradients and one "finite" flag per shard cross the
+network, and the write (`sparse_update.write_rows`) stays on that server
+too.
 
 Shards split the rows as TensorFlow's "div" routing does (the first shards
 take one row more), the routing `tf.nn.embedding_lookup` uses for a
 `ShardedVariable`.
 """
 
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 from tensorflow.python.distribute import sharded_variable  # pylint: disable=g-direct-tensorflow-import
@@ -43,14 +44,28 @@ def shards(variables: Dict[str, object]) -> Optional[List[Dict[str, object]]]:
           for i in range(n)]
 
 
-def prepare(table, variables, ids, grads, lr) -> Optional[
-    Tuple[tf.Tensor, Callable[[], List]]]:
-  """`(finite, write)` of the update of rows `ids` by `grads`, computed on
-  each shard's parameter server; None when the table is not sharded alike
-  or its optimizer updates every row (non-lazy Adam)."""
+class Routes(NamedTuple):
+  """A step's ids and gradients of a sharded table, split by shard and
+  already on each shard's parameter server."""
+  shards: List[Dict[str, object]]  # per shard, its table and slot variables
+  local_ids: List[tf.Tensor]  # per shard, its rows (from 0 in the shard)
+  grads: List[tf.Tensor]
+  positions: List[tf.Tensor]  # per shard, where its rows sit among all
+  count: tf.Tensor  # the step's distinct ids
+
+
+def route(table, variables, ids, grads) -> Optional[Routes]:
+  """Each shard's part of rows `ids` and their gradients `grads`, sent to
+  the shard's parameter server; None when the table is not sharded alike
+  or its optimizer updates every row (non-lazy Adam).
+
+  The step calls this before it takes its lock (`step.apply`), so that
+  the split runs where the step runs and the transfer while another
+  step's update holds the lock; under the lock only the parameter servers
+  work (`prepare`)."""
   per_shard = shards(variables)
-  opt = sparse_update.optimizer_of(table)
-  if per_shard is None or not sparse_update.is_lazy(opt):
+  if per_shard is None or not sparse_update.is_lazy(
+      sparse_update.optimizer_of(table)):
     return None
   sizes = [int(s["parameters"].shape[0]) for s in per_shard]
   starts, ends, total = [], [], 0
@@ -64,12 +79,27 @@ def prepare(table, variables, ids, grads, lr) -> Optional[
   part_ids = tf.dynamic_partition(ids, which, len(sizes))
   part_grads = tf.dynamic_partition(grads, which, len(sizes))
   part_positions = tf.dynamic_partition(tf.range(count), which, len(sizes))
-  finites, writes = [], []
-  for shard, start, local, g, positions in zip(
+  local_ids, sent_grads, positions = [], [], []
+  for shard, start, local, g, where in zip(
       per_shard, starts, part_ids, part_grads, part_positions):
     with tf.device(shard["parameters"].device):
-      local = local - tf.cast(start, local.dtype)
-      values = _new_rows(table, opt, shard, local, g, positions, count, lr)
+      local_ids.append(local - tf.cast(start, local.dtype))
+      sent_grads.append(tf.identity(g))
+      positions.append(tf.identity(where))
+  return Routes(per_shard, local_ids, sent_grads, positions, count)
+
+
+def prepare(table, routes: Routes, lr) -> Tuple[tf.Tensor,
+                                               Callable[[], List]]:
+  """`(finite, write)` of the update `routes` carry, computed on each
+  shard's parameter server."""
+  opt = sparse_update.optimizer_of(table)
+  finites, writes = [], []
+  for shard, local, g, positions in zip(routes.shards, routes.local_ids,
+                                        routes.grads, routes.positions):
+    with tf.device(shard["parameters"].device):
+      values = _new_rows(table, opt, shard, local, g, positions,
+                         routes.count, lr)
       finites.append(tf.reduce_all(
           [validation.all_finite(v) for v in values.values()]))
     writes.append((shard, local, values))

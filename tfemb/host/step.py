@@ -183,12 +183,12 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
     if policy.raising:
       checks.append(grads)  # carries the table's non-finite check
     finite.append(table_finite)
-    updates.append((path, table_batch, ids, grads))
+    updates.append((path, table_batch, ids, grads, path.stage(ids, grads)))
   # Every learning rate (a callable is called here) before any write: one
   # per table, and one per stack of tables laid out as on a SparseCore,
   # which share the stack's optimizer.
   rates, stack_rates = [], {}
-  for path, _, _, _ in updates:
+  for path, *_ in updates:
     stack = getattr(path.table, "stacked_table_name", None)
     if stack not in stack_rates:
       lr, lr_checks = update_rules.checked_learning_rate(path.table)
@@ -202,9 +202,10 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
 
   def update():
     with tf.control_dependencies(checks):
-      pending = [path.prepare(table_batch, ids, grads, lr, multi_replica)
-                 for (path, table_batch, ids, grads), lr in zip(updates,
-                                                                rates)]
+      pending = [path.prepare(table_batch, ids, grads, lr, multi_replica,
+                              staged)
+                 for (path, table_batch, ids, grads, staged), lr in zip(
+                     updates, rates)]
       pending += [u.prepare() for u in more]
     value_checks = policy.checks(
         [p.finite for p in pending],
@@ -321,7 +322,12 @@ class NonFinitePolicy:
       with tf.init_scope(), _lock_device(self._strategy):
         self._lock = tf.CriticalSection(name="tfemb_update")
     try:
-      return self._lock.execute(fn)
+      # What the update computes on no device of its own (whether it is
+      # finite, the checks of it) runs beside the lock, not where the step
+      # runs: under ParameterServerStrategy the lock is then held while
+      # the parameter servers alone work, without a worker in between.
+      with _lock_device(self._strategy):
+        return self._lock.execute(fn)
     except Exception as e:
       # Eagerly the lock is held by a tensor in the frames of the failed
       # call until they are freed: cleared now, so that an error kept by

@@ -145,14 +145,17 @@ class OpsTable(_Path):
                   self.table.dim]))
     return checked(self.table.name, grads, raising)
 
-  def prepare(self, batch: OpsBatch, ids, grads, lr,
-              global_batch: bool) -> Pending:
+  def stage(self, ids, grads) -> Optional[sharded.Routes]:
+    # A sharded table's update runs on its parameter servers.
+    return sharded.route(self.table, self.variables, ids, grads)
+
+  def prepare(self, batch: OpsBatch, ids, grads, lr, global_batch: bool,
+              staged: Optional[sharded.Routes] = None) -> Pending:
     # The rows are read again here, not taken from the lookup: a concurrent
     # step may have written them since (each step's update reads, computes
     # and writes under one lock).
-    on_servers = sharded.prepare(self.table, self.variables, ids, grads, lr)
-    if on_servers is not None:  # on the parameter servers holding the rows
-      return Pending(*on_servers)
+    if staged is not None:  # on the parameter servers holding the rows
+      return Pending(*sharded.prepare(self.table, staged, lr))
     values = sparse_update.new_rows(self.table, self.variables, ids, grads,
                                     lr)
     return Pending(all_finite(list(values.values())),
@@ -183,9 +186,9 @@ class FusedTable(_Path):
         raising)
     return grads, tf.constant(True) if raising else finite
 
-  def prepare(self, batch: FusedBatch, ids, grads, lr,
-              global_batch: bool) -> Pending:
-    del batch, global_batch  # the kernels read the rows they update
+  def prepare(self, batch: FusedBatch, ids, grads, lr, global_batch: bool,
+              staged: None = None) -> Pending:
+    del batch, global_batch, staged  # the kernels read the rows they update
     table, variables = self.table, self.variables
     sparse_update.optimizer_of(table)
     finite = kernel_ops.check_rows(table, variables, ids, grads, lr)

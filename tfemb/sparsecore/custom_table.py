@@ -39,8 +39,9 @@ class CustomTable(table_paths.OpsTable):
   computation, so that a failing assert in it stops the step before any
   write."""
 
-  def prepare(self, batch, ids, grads, lr, global_batch: bool) -> Pending:
-    del batch, global_batch  # the rows are read again, under the lock
+  def prepare(self, batch, ids, grads, lr, global_batch: bool,
+              staged: None = None) -> Pending:
+    del batch, global_batch, staged  # the rows are read again, under the lock
     names = optimizers.slot_names(self.table.optimizer)
     computed = []
     created = step.created_by(
