@@ -4,8 +4,9 @@ at install, and one clear warning when none can be had
 (tfemb/kernels/build.py, install.py, packaged.py).
 
 The builds compile into the machine's kernel cache (each target once per
-machine and TensorFlow); the tests that compile many run in one Keras pass
-only (`runs_under`): their processes use no Keras.
+machine and TensorFlow); the tests that start processes run them under
+Keras 3 whatever the pass (they use no Keras) and run in that pass only
+(`runs_under`).
 """
 
 import json
@@ -225,6 +226,7 @@ def _step(env, cwd=ROOT):
   return out, done.stderr
 
 
+@pytest.mark.runs_under("keras3")
 def test_a_broken_compiler_gives_one_warning_line_and_a_log(tmp_path):
   cxx = tmp_path / "c++"
   cxx.write_text(_FAILING_CXX)
@@ -250,6 +252,7 @@ def test_a_broken_compiler_gives_one_warning_line_and_a_log(tmp_path):
     {"TFEMB_KERNEL_MARCH": "no-such-cpu"},  # compiled for the default
     {"TFEMB_KERNEL_CACHE": "/proc/no/such/cache"},  # a temporary one
 ], ids=["unknown_march", "unwritable_cache"])
+@pytest.mark.runs_under("keras3")
 def test_bad_build_options_still_give_the_fused_path(env):
   out, stderr = _step(_env(**env))
   assert out["loaded"] == "cache"

@@ -52,8 +52,11 @@ print(json.dumps({"loaded": build.load() is not None, "types": types,
 """
 
 
+# The script's build and mid-level step use no Keras: its tests do the same
+# work in both passes, so they run once (`runs_under`), under Keras 3.
 def _run(env_changes, tmp_path, cache="cache"):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env_changes)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="0",
+             **env_changes)
   env.pop("TFEMB_KERNEL_CACHE", None)
   if cache:
     env["TFEMB_KERNEL_CACHE"] = str(tmp_path / cache)
@@ -73,6 +76,7 @@ def _expected_table():
 @pytest.mark.parametrize("env", [{"CXX": "/nonexistent/c++"},
                                  {"TFEMB_FUSED_KERNELS": "0"}],
                          ids=["no_compiler", "disabled"])
+@pytest.mark.runs_under("keras3")
 def test_without_the_kernels_the_engine_uses_tensorflow_ops(env, tmp_path):
   out, stderr = _run(env, tmp_path)
   assert not out["loaded"]
@@ -83,11 +87,9 @@ def test_without_the_kernels_the_engine_uses_tensorflow_ops(env, tmp_path):
     assert "no C++ compiler" in stderr
 
 
-# The build and the mid-level step use no Keras: the same work in both
-# passes, so it runs once (pinned to tf_keras, the pass with less to do).
-@pytest.mark.runs_under("tf_keras")
+@pytest.mark.runs_under("keras3")
 def test_a_fresh_cache_builds_the_kernels_and_uses_them(tmp_path):
-  out, _ = _run({"TF_USE_LEGACY_KERAS": "1"}, tmp_path)
+  out, _ = _run({}, tmp_path)
   assert out["loaded"]
   assert out["types"].count("TfembApplyRows") == 1
   assert "Unique" not in out["types"]
@@ -96,6 +98,7 @@ def test_a_fresh_cache_builds_the_kernels_and_uses_them(tmp_path):
   assert [f for f in built if f.endswith(".so")], built
 
 
+@pytest.mark.runs_under("keras3")
 def test_an_unwritable_home_falls_back_to_a_temporary_cache(tmp_path):
   # HOME under a regular file: ~/.cache can never be created there.
   blocker = tmp_path / "file"
