@@ -39,6 +39,12 @@ class CustomTable(table_paths.OpsTable):
   computation, so that a failing assert in it stops the step before any
   write."""
 
+  def stage(self, ids, grads) -> None:
+    # Not `OpsTable`'s routing to parameter servers: this `prepare`
+    # computes where the step runs and would leave the routed parts unused.
+    del ids, grads
+    return None
+
   def prepare(self, batch, ids, grads, lr, global_batch: bool,
               staged: None = None) -> Pending:
     del batch, global_batch, staged  # the rows are read again, under the lock
