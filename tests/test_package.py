@@ -94,6 +94,16 @@ def test_setup_cfg_requires_no_tensorflow_build_and_declares_the_range():
       f"tensorflow{bounds}", f"tf-keras{bounds}"]
 
 
+def test_the_license_is_an_spdx_expression_without_license_classifiers():
+  """setuptools prints a "License classifiers are deprecated" block at every
+  install while a `License ::` classifier stands beside the license: the
+  license is given once, as an SPDX expression."""
+  lines = _setup_cfg()
+  assert lines("metadata", "license") == ["Apache-2.0"]
+  assert not [c for c in lines("metadata", "classifiers")
+              if c.startswith("License ::")]
+
+
 def test_a_warning_from_tfemb_fails_a_subprocess_of_the_tests_too():
   """setup.cfg's filter (a warning issued from tfemb's modules is an
   error) reaches the tests' subprocesses (tests/conftest.py): a worker that

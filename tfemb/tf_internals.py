@@ -49,6 +49,12 @@ def deferred_dependencies(owner) -> Dict[str, Any]:
 # --- distribution -----------------------------------------------------------
 
 
+def is_parameter_server_strategy(strategy) -> bool:
+  """Whether `strategy` partitions variables over parameter servers
+  (ParameterServerStrategy: only it has a variable partitioner)."""
+  return hasattr(strategy.extended, "_variable_partitioner")
+
+
 @contextlib.contextmanager
 def variable_partitioner(strategy, partitioner):
   """`strategy` (a ParameterServerStrategy) partitions the variables

@@ -280,7 +280,9 @@ class EngineCore:
     return step.check_gradients(self.config, self.output_shapes, gradients)
 
   def apply(self, batch: step.Batch, flat_grads,
-            more: Sequence[step.Update] = ()) -> None:
+            more: Sequence[step.Update] = (), loss_scaled: bool = False
+            ) -> None:
     """The batch's update, all or nothing under the policy
     (`step.apply`)."""
-    step.apply(self.layout.step_config, batch, flat_grads, self.policy, more)
+    step.apply(self.layout.step_config, batch, flat_grads, self.policy, more,
+               loss_scaled)

@@ -222,7 +222,10 @@ class HostEmbedding(core.Engine):
     `activations` has the structure of `feature_config` and TF's output
     shapes. `backward(gradients)` applies the embedding optimizer for this
     batch, given the gradient of the loss with respect to `activations`;
-    it may be called once. Nothing is stored on the object, so the Keras
+    it may be called once. `backward(gradients, loss_scaled=True)` skips a
+    step whose gradients are not finite, writing nothing, whatever
+    `non_finite_gradients` says (Keras' loss scaling: `step.apply`).
+    Nothing is stored on the object, so the Keras
     layer can look up several batches in one step. `serving_fallback`: an
     input the TPU's rules refuse but TensorFlow's serving class takes
     (`inputs.serving_only`) follows the serving class's rules and shapes,
@@ -283,12 +286,13 @@ class HostEmbedding(core.Engine):
                                   self._core.output_shapes)
     applied = []
 
-    def backward(gradients):
+    def backward(gradients, loss_scaled=False):
       if applied:
         raise RuntimeError(
             "apply_gradients was already called for this batch: call it once "
             "per enqueue.")
-      self._core.apply(batch, self._core.check_gradients(gradients))
+      self._core.apply(batch, self._core.check_gradients(gradients),
+                       loss_scaled=loss_scaled)
       applied.append(True)  # a refused step wrote nothing: not used up
 
     return nest.pack_sequence_as(config.structure, flat), backward

@@ -8,8 +8,6 @@ gradient check of the step has passed, so a failing check leaves every
 table and slot as it was (docs/numerics.md, "Errors").
 """
 
-import contextlib
-import traceback
 from typing import Any, Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 from absl import logging
@@ -23,6 +21,7 @@ from tfemb import update_rules
 from tfemb import validation
 from tfemb.host import feeding
 from tfemb.host import sparse_update
+from tfemb.host import update_lock
 from tfemb.host import tables as table_paths
 from tfemb.host.paths import Member
 from tfemb.host.paths import Pending
@@ -154,16 +153,21 @@ def _entry_gradients(config, table_batch, batch: Batch, flat_grads):
 
 
 def apply(config: resolution.Resolved, batch: Batch, flat_grads,
-          policy: "NonFinitePolicy", more: Sequence[Update] = ()) -> None:
+          policy: "NonFinitePolicy", more: Sequence[Update] = (),
+          loss_scaled: bool = False) -> None:
   """Row gradients per table, then every table's update and `more`, then
   the step of the learning rates that count steps; all or nothing under
-  `policy`.
+  `policy`. `loss_scaled`: the gradients are those of a loss Keras scaled
+  (`tfemb.layers.loss_scale`), already divided by its scale; a step whose
+  gradients or update are not finite is then skipped, uncounted, as Keras
+  skips it, whatever the policy's mode.
 
   Every check (inputs, gradients, learning rates) and every table's new
   rows and slots come before the first write; the updates are read,
   computed and written under `policy.serialized`, so concurrent steps on
   one object lose no update.
   """
+  raising = policy.raising and not loss_scaled
   checks = list(batch.checks)
   updates, finite = [], []
   multi_replica = replicas.in_multi_replica_step()
@@ -174,13 +178,13 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
     checks += grad_checks
     # Under several replicas the check is of the global gradient, below.
     grads, table_finite = path.row_gradients(
-        table_batch, entry_grads, policy.raising and not multi_replica)
+        table_batch, entry_grads, raising and not multi_replica)
     ids = table_batch.unique_ids
     if multi_replica:  # the global batch's gradient, as the TPU sums it
       ids, grads = replicas.sum_rows_across_replicas(ids, grads)
       grads, table_finite = table_paths.checked(path.table.name, grads,
-                                                policy.raising)
-    if policy.raising:
+                                                raising)
+    if raising:
       checks.append(grads)  # carries the table's non-finite check
     finite.append(table_finite)
     updates.append((path, table_batch, ids, grads, path.stage(ids, grads)))
@@ -209,7 +213,8 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
       pending += [u.prepare() for u in more]
     value_checks = policy.checks(
         [p.finite for p in pending],
-        [u[0].table.name for u in updates] + [u.name for u in more])
+        [u[0].table.name for u in updates] + [u.name for u in more]
+    ) if raising else []
 
     def write():
       with tf.control_dependencies(value_checks):
@@ -217,7 +222,8 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
       with tf.control_dependencies(writes):
         return tf.constant(True)
 
-    return policy.run(finite + [p.finite for p in pending], write)
+    return policy.run(finite + [p.finite for p in pending], write,
+                      raising, counted=not loss_scaled)
 
   def advance():
     for rate in counting:
@@ -229,7 +235,7 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
   written = policy.serialized(update)
   if counting:
     with tf.control_dependencies([written]):
-      if policy.raising:
+      if raising:
         advance()
       else:
         tf.cond(written, advance, lambda: tf.constant(False))
@@ -263,7 +269,7 @@ class NonFinitePolicy:
     self._strategy = strategy
     self._mode = "raise"
     self._skipped = None
-    self._lock = None
+    self._lock = update_lock.UpdateLock(strategy)
 
   @property
   def mode(self) -> str:
@@ -301,44 +307,25 @@ class NonFinitePolicy:
                 "the table or of a slot non-finite (NaN or Inf); no table "
                 "was updated."))]
 
-  def run(self, finite: Sequence[Any], write) -> tf.Tensor:
-    """`write()`, or under "skip" only if every table's gradient and update
-    is finite (else the step is counted)."""
-    if self.raising:
+  def run(self, finite: Sequence[Any], write, raising: bool,
+          counted: bool = True) -> tf.Tensor:
+    """`write()` if `raising` (the checks refuse a non-finite step), else
+    only if every table's gradient and update is finite; else the step is
+    skipped, and `counted` in `skipped_steps` under "skip"."""
+    if raising:
       return write()
 
-    def count():
+    def skip():
+      if not counted or self._skipped is None:
+        return tf.constant(False)
       with tf.control_dependencies([self._skipped.assign_add(1)]):
         return tf.constant(False)
 
-    return tf.cond(tf.reduce_all(finite), write, count)
+    return tf.cond(tf.reduce_all(finite), write, skip)
 
   def serialized(self, fn) -> tf.Tensor:
-    """`fn()` under this object's lock (TensorFlow's `CriticalSection`):
-    one update at a time reads, computes and writes the rows, whatever the
+    """`fn()` under this object's lock (`tfemb.host.update_lock`): one
+    update at a time reads, computes and writes the rows, whatever the
     threads or workers running steps; `fn` returns a tensor that waits for
     every write, returned here."""
-    if self._lock is None:
-      with tf.init_scope(), _lock_device(self._strategy):
-        self._lock = tf.CriticalSection(name="tfemb_update")
-    try:
-      # What the update computes on no device of its own (whether it is
-      # finite, the checks of it) runs beside the lock, not where the step
-      # runs: under ParameterServerStrategy the lock is then held while
-      # the parameter servers alone work, without a worker in between.
-      with _lock_device(self._strategy):
-        return self._lock.execute(fn)
-    except Exception as e:
-      # Eagerly the lock is held by a tensor in the frames of the failed
-      # call until they are freed: cleared now, so that an error kept by
-      # the caller does not keep the lock.
-      traceback.clear_frames(e.__traceback__)
-      raise
-
-
-def _lock_device(strategy):
-  """Where the lock lives: with the tables on the first parameter server
-  (every worker takes it there), else here."""
-  if not hasattr(strategy.extended, "_variable_partitioner"):
-    return contextlib.nullcontext()  # not ParameterServerStrategy
-  return tf.device(strategy.extended.parameter_devices[0])
+    return self._lock.run(fn)

@@ -65,7 +65,7 @@ class TableStore:
   @property
   def partitioned(self) -> bool:
     """True under ParameterServerStrategy (tables may be sharded)."""
-    return hasattr(self._strategy.extended, "_variable_partitioner")
+    return tf_internals.is_parameter_server_strategy(self._strategy)
 
   @contextlib.contextmanager
   def _partitioning(self):

@@ -34,6 +34,7 @@ from tfemb import shapes
 from tfemb.layers import engines
 from tfemb.layers import keras_optimizers
 from tfemb.layers import keras_versions
+from tfemb.layers import loss_scale
 from tfemb.layers import serialization
 from tfemb.serving import keras_export
 from tfemb.tpu import delegate
@@ -46,6 +47,9 @@ _OPTIMIZERS_BY_NAME = {
 # Keras' `model.export` (its `ExportArchive`) writes the inference tables:
 # the one hook by which tfemb recognises it (`tfemb.serving.keras_export`).
 keras_export.install()
+# Keras' loss scaling (mixed_float16) reaches the tables unscaled
+# (`tfemb.layers.loss_scale`).
+loss_scale.install()
 
 
 def _placeholders_as_ids(features):

@@ -15,7 +15,7 @@ gives the layer; the layer uses nothing else.
 The TPU adapters follow tensorflow-recommenders' layer call for call
 (`_tpu_embedding_lookup`, `build`, `embedding_tables`). Every path that
 trains in the backward pass does so through one gradient trap
-(`_gradient_trap`).
+(`tfemb.layers.gradient_trap`).
 """
 
 import abc
@@ -31,6 +31,7 @@ from tfemb.serving import export
 from tfemb.sparsecore import engine as sparsecore_engine
 from tfemb import tf_conversion
 from tfemb import tf_internals
+from tfemb.layers import gradient_trap
 from tfemb.tpu import delegate
 
 EmbeddingFeature = delegate.EmbeddingFeature
@@ -66,38 +67,6 @@ def make_engine(feature_config, optimizer, table_config_map, strategy,
   return adapter(feature_config, optimizer, table_config_map, strategy,
                  pipeline_execution_with_tensor_core, feature,
                  sparse_core_embedding_config)
-
-
-def _gradient_trap(feature_config, dummy, look_up, *inputs):
-  """The activations of `look_up`, behind the layer's gradient trap: the
-  gradient reaching `dummy` (the trap weight) hands the activations'
-  gradients to the embedding optimizer, in place of a gradient for `dummy`.
-
-  Args:
-    feature_config: the activations' structure.
-    dummy: the trap weight.
-    look_up: called inside the trap as `look_up(*inputs)`; returns the
-      activations and the function that takes their gradients (in the
-      structure of `feature_config`). TensorFlow's TPU engines look up
-      here, as tensorflow-recommenders does; the host engines look up
-      before the trap (`tf.custom_gradient` refuses a function that reads
-      variables) and pass the activations through as `inputs`.
-    *inputs: tensors handed into the trap (their gradient is None).
-  """
-
-  @tf.custom_gradient
-  def gradient_trap(dummy, *inputs):
-    activations, apply_gradients = look_up(*inputs)
-
-    def grad(*output_grads):
-      apply_gradients(
-          tf.nest.pack_sequence_as(feature_config, list(output_grads)))
-      return [tf.zeros_like(dummy)] + [None] * len(inputs)
-
-    return tf.nest.flatten(activations), grad
-
-  trapped = gradient_trap(tf.convert_to_tensor(dummy), *inputs)
-  return tf.nest.pack_sequence_as(feature_config, list(trapped))
 
 
 def _slots_in_order(slots: Dict[str, tf.Variable]) -> List[tf.Variable]:
@@ -138,7 +107,7 @@ class EngineAdapter(abc.ABC):
   @abc.abstractmethod
   def lookup(self, features, weights, dummy, training):
     """The activations, with the training path through `dummy`, the trap
-    weight (`_gradient_trap`)."""
+    weight (`tfemb.layers.gradient_trap`)."""
 
   @abc.abstractmethod
   def serving_tables(self):
@@ -189,7 +158,7 @@ class _HostAdapter(EngineAdapter):
     activations, apply_gradients = self._forward(features, weights)
     if training is False or save_context.in_save_context():
       return activations
-    return _gradient_trap(
+    return gradient_trap.trap(
         self._feature_config, dummy,
         lambda *flat: ([tf.identity(x) for x in flat], apply_gradients),
         *tf.nest.flatten(activations))
@@ -297,12 +266,13 @@ class TPUEngineV1(_TPUEngine):
     self.engine.enqueue(features, weights, training=True, name=name)
 
     def dequeue():
-      def apply_gradients(gradients):
+      def apply_gradients(gradients, loss_scaled):
+        del loss_scaled  # TensorFlow's engine applies what it is given
         self.engine.apply_gradients(gradients, name=name)
         self._count_step()
       return self.engine.dequeue(name=name), apply_gradients
 
-    return _gradient_trap(self._feature_config, dummy, dequeue)
+    return gradient_trap.trap(self._feature_config, dummy, dequeue)
 
   def pull(self):
     """The TPU's values into the variables (as TensorFlow's checkpoint
@@ -353,13 +323,14 @@ class TPUEngineV2(_StackedTables, _TPUEngine):
     def look_up():
       activations, preserved = self.engine(features, weights)
 
-      def apply_gradients(gradients):
+      def apply_gradients(gradients, loss_scaled):
+        del loss_scaled  # TensorFlow's engine applies what it is given
         self.engine.apply_gradients(gradients, preserved_outputs=preserved)
         self._count_step()
 
       return activations, apply_gradients
 
-    return _gradient_trap(self._feature_config, dummy, look_up)
+    return gradient_trap.trap(self._feature_config, dummy, look_up)
 
 
 class TPUEngineV0(_TPUEngine):
@@ -407,4 +378,5 @@ class HostEngineV2(_StackedTables, _HostAdapter):
     # The host's update steps the Keras-translated learning rates itself.
     activations, preserved = self.engine(features, weights)
     return activations, (
-        lambda grads: self.engine.apply_gradients(grads, preserved))
+        lambda grads, loss_scaled: self.engine.apply_loss_scaled_gradients(
+            grads, preserved, loss_scaled))

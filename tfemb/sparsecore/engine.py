@@ -218,6 +218,15 @@ class TPUEmbeddingV2(core.Engine):
   def apply_gradients(self, gradients: Any, preserved_outputs: Preserved):
     """Updates the rows the batch of `preserved_outputs` touched. A None
     gradient is a zero gradient (the rows are still touched)."""
+    self.apply_loss_scaled_gradients(gradients, preserved_outputs, False)
+
+  @_no_autograph
+  def apply_loss_scaled_gradients(self, gradients: Any,
+                                  preserved_outputs: Preserved,
+                                  loss_scaled: bool = True):
+    """`apply_gradients` of the gradients of a loss Keras scaled, already
+    divided by its scale: a step whose gradients are not finite is skipped
+    (`tfemb.host.step.apply`)."""
     if not self._core.built:
       raise RuntimeError(
           "apply_gradients called on unbuilt TPUEmbeddingV2 object. Please"
@@ -235,7 +244,7 @@ class TPUEmbeddingV2(core.Engine):
                                     preserved_outputs.rows,
                                     self._core.output_shapes)
     padded = self._core.layout.padded(flat)
-    self._core.apply(preserved_outputs.batch, padded, more)
+    self._core.apply(preserved_outputs.batch, padded, more, loss_scaled)
     preserved_outputs.applied.append(True)  # a refused step: not used up
 
   # --- the SparseCore's limits ------------------------------------------------

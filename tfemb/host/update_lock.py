@@ -1,0 +1,85 @@
+"""The update lock: an engine's updates one at a time, and no deadlock.
+
+Each engine reads, computes and writes its rows under a lock of its own
+(TensorFlow's `CriticalSection`), so concurrent steps on one engine (threads,
+asynchronous parameter-server workers, replicas) lose no update.
+
+Two rules make every combination of engines in one program deadlock-free
+(docs/architecture.md, "The update lock"):
+
+1. **One mutex per engine.** Each lock has its own `shared_name`,
+   numbered in the order engines are created (so every worker of a cluster,
+   running the same program, names an engine's lock alike). Left unnamed,
+   TensorFlow names a mutex after its op, and every engine's lock would be
+   the same mutex.
+2. **In one traced function, the updates run one after the other, in the
+   order they were written.** A lock is taken only once every update
+   written before it in the same graph has finished. TensorFlow chains
+   stateful ops in program order inside a `tf.function`, so an update
+   waits for the ones written before it anyway; without rule 2 it could
+   take its lock first and then wait, holding it, for an earlier update
+   that needs the same lock (or, in another thread, the other order). With
+   rule 2 an update holds its lock only when everything it can wait for
+   is finished or takes no lock, so it always finishes and releases it.
+"""
+
+import contextlib
+import itertools
+import threading
+import traceback
+import weakref
+
+import tensorflow as tf
+
+from tfemb import tf_internals
+
+_numbers = itertools.count()  # the engines' locks, in creation order
+_graphs_lock = threading.Lock()
+_last_update = weakref.WeakKeyDictionary()  # graph -> its last update
+
+
+class UpdateLock:
+  """One engine's lock: `run(fn)` computes and writes an update under it."""
+
+  def __init__(self, strategy):
+    self._strategy = strategy
+    self._name = f"tfemb_update_{next(_numbers)}"
+    self._section = None
+
+  def run(self, fn) -> tf.Tensor:
+    """`fn()` under the lock, after every update written before it in this
+    graph; `fn` returns a tensor that waits for every write, returned
+    here."""
+    if self._section is None:
+      with tf.init_scope(), _device(self._strategy):
+        self._section = tf.CriticalSection(name="tfemb_update",
+                                           shared_name=self._name)
+    graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+    with _graphs_lock:
+      before = [] if graph is None else [
+          t for t in [_last_update.get(graph)] if t is not None]
+    try:
+      # What the update computes on no device of its own (whether it is
+      # finite, the checks of it) runs beside the lock, not where the step
+      # runs: under ParameterServerStrategy the lock is then held while
+      # the parameter servers alone work, without a worker in between.
+      with tf.control_dependencies(before), _device(self._strategy):
+        done = self._section.execute(fn)
+    except Exception as e:
+      # Eagerly the lock is held by a tensor in the frames of the failed
+      # call until they are freed: cleared now, so that an error kept by
+      # the caller does not keep the lock.
+      traceback.clear_frames(e.__traceback__)
+      raise
+    if graph is not None:
+      with _graphs_lock:
+        _last_update[graph] = done
+    return done
+
+
+def _device(strategy):
+  """Where the lock lives: with the tables on the first parameter server
+  (every worker takes it there), else here."""
+  if not tf_internals.is_parameter_server_strategy(strategy):
+    return contextlib.nullcontext()
+  return tf.device(strategy.extended.parameter_devices[0])
