@@ -17,9 +17,12 @@ Where the kernels come from, in order (`load`):
 A compile that fails tries safer targets (`_safer`): without the
 instruction-set extension whose header broke it (GCC 12 rejects the
 AVX512-FP16 code of the Eigen TensorFlow bundles), then the compiler's
-default target. The flags used are recorded beside the library
-(`<library>.json`). Options: `tfemb.options` (`fused_kernels`,
-`kernel_march`, `kernel_cache`); environment: `CXX` (default `c++`).
+default target. Each library has a record (`library_record`: its size and
+digest, the TensorFlow it was compiled against, its flags), checked before
+it is loaded: a library cut short, another file at its path or a build
+for another TensorFlow is compiled again, or passed over with the warning
+line. Options: `tfemb.options` (`fused_kernels`, `kernel_march`,
+`kernel_cache`); environment: `CXX` (default `c++`).
 
 A process loads one build: the kernels' ops have fixed names, so the first
 `load()` that finds a library is the one every later call returns.
@@ -29,9 +32,7 @@ import dataclasses
 import fcntl
 import functools
 import hashlib
-import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -41,9 +42,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from absl import logging
 import tensorflow as tf
 
+from tfemb import atomic_files
 from tfemb import options
+from tfemb.kernels import library_record
 from tfemb.kernels import packaged
 from tfemb.kernels import rule_table
+from tfemb.kernels.unavailable import first_error
+from tfemb.kernels.unavailable import KernelUnavailable
 
 _HERE = os.path.dirname(__file__)
 SOURCES = [os.path.join(_HERE, name) for name in
@@ -68,25 +73,6 @@ _EXTENSION_HEADERS = {
 
 
 _REFUSED = "{} does not know this target"
-
-
-class KernelUnavailable(RuntimeError):
-  """No build of the kernels: `reason` is one line, `log` the file with the
-  compiler's whole output (or None)."""
-
-  def __init__(self, reason: str, remedy: str, log: Optional[str] = None):
-    super().__init__(reason)
-    self.reason = reason
-    self.remedy = remedy
-    self.log = log
-
-  def warning(self) -> str:
-    text = (f"tfemb: fused CPU kernels unavailable: {self.reason}. The host "
-            f"engine uses TensorFlow's ops (same numbers, about 2x slower). "
-            f"{self.remedy}")
-    if self.log:
-      text += f" Compiler output: {self.log}"
-    return text
 
 
 def _usable_dir(path: str) -> bool:
@@ -155,15 +141,6 @@ def cache_key(texts: Sequence[str], march: str) -> str:
   return key.hexdigest()[:16]
 
 
-def first_error(output: str) -> str:
-  """The compiler's first error line (or its last line), shortened."""
-  lines = [l.strip() for l in output.splitlines() if l.strip()]
-  errors = [l for l in lines if "error:" in l.lower()]
-  line = (errors or lines or ["no output"])[0]
-  line = re.sub(r"^[^\s:]*/([^/\s:]+:\d+)", r"\1", line)  # file name only
-  return line if len(line) <= 300 else line[:297] + "..."
-
-
 def _safer(flags: List[str], output: str) -> Optional[List[str]]:
   """The flags to try after a compile with `flags` failed with `output`:
   the extension named by the header that broke it left out, else the
@@ -211,35 +188,39 @@ def _compile(cxx: str, flags: List[str], sources: Sequence[str],
 
 def built_with(path: str) -> Dict[str, object]:
   """What a library at `path` was compiled with (`flags`, and the
-  `attempts` that failed first), from the record beside it; {} if none."""
-  try:
-    with open(path + ".json") as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return {}
+  `attempts` that failed first), from its record (`library_record`)."""
+  return library_record.read(path)
 
 
 def compile_library(path: str, sources: Sequence[str],
                     include_dirs: Sequence[str], march: str) -> str:
-  """Compiles `sources` into the shared library `path` unless it exists;
-  returns `path`. Tries safer targets when a compile fails (`_safer`);
-  raises `KernelUnavailable` when none compiles, with the compiler's output
-  in `<path>.log`. One process compiles; others wait for it and find the
-  file."""
-  if os.path.exists(path):
+  """Compiles `sources` into the shared library `path` unless it is there
+  as its record describes it (`library_record`; else it is compiled
+  again); returns `path`. Tries safer targets when a compile fails
+  (`_safer`); raises `KernelUnavailable` when none compiles, with the
+  compiler's output in `<path>.log`. One process compiles; others wait for
+  it and find the library and its record."""
+  problem = library_record.problem(path)
+  if problem is None:
     return path
   cxx = compiler()
   if shutil.which(cxx) is None:
+    unusable = (f"{path} in the kernel cache cannot be loaded ({problem}) "
+                "and there is " if os.path.exists(path) else "")
     raise KernelUnavailable(
-        f"no C++ compiler ({cxx!r} not found)",
+        f"{unusable}no C++ compiler ({cxx!r} not found)",
         "Install g++ (or set CXX), or install tfemb from a wheel built for "
         "this TensorFlow (docs/performance.md, 'Where the fused kernels "
         "run').")
   os.makedirs(os.path.dirname(path), exist_ok=True)
   with open(path + ".lock", "w") as lock:
     fcntl.flock(lock, fcntl.LOCK_EX)
-    if os.path.exists(path):
+    problem = library_record.problem(path)
+    if problem is None:
       return path
+    if os.path.exists(path):
+      logging.info("tfemb: compiling the fused kernels again: %s cannot be "
+                   "loaded (%s)", path, problem)
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
     os.close(fd)
     attempts, outputs = [], []
@@ -252,9 +233,10 @@ def compile_library(path: str, sources: Sequence[str],
         ok, output, command = _compile(cxx, flags, sources, include_dirs,
                                        tmp)
         if ok:
-          write_file(path + ".json", json.dumps(
-              {"flags": flags, "attempts": attempts}))
+          record = library_record.describe(
+              tmp, os.path.basename(path), flags=flags, attempts=attempts)
           os.replace(tmp, path)
+          library_record.write(path, record)
           if attempts:
             logging.info("tfemb: fused kernels compiled with %r (%s)",
                          " ".join(flags) or "the compiler's default target",
@@ -269,8 +251,7 @@ def compile_library(path: str, sources: Sequence[str],
         os.remove(tmp)
   log = path[:-len(".so")] + ".log"
   try:
-    with open(log, "w") as f:
-      f.write("\n\n".join(outputs))
+    atomic_files.write_text(log, "\n\n".join(outputs))
   except OSError:
     log = None
   first = next(a for a in attempts if a["error"] != _REFUSED.format(cxx))
@@ -286,10 +267,7 @@ def write_file(path: str, text: str) -> str:
   process reading it never sees a part)."""
   if not os.path.exists(path):
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    partial = f"{path}.{os.getpid()}.tmp"
-    with open(partial, "w") as f:
-      f.write(text)
-    os.replace(partial, path)
+    atomic_files.write_text(path, text)
   return path
 
 
@@ -350,6 +328,11 @@ _loaded: List[Loaded] = []  # the process's one load, once tried
 
 
 def _load_library(path: str, origin: str, record: Dict[str, object]) -> Loaded:
+  """Loads the library at `path` if it is the build `record` describes:
+  never a file cut short (SIGBUS) or another library."""
+  problem = library_record.problem(path, record)
+  if problem is not None:
+    raise OSError(f"{path} cannot be loaded ({problem})")
   return Loaded(tf.load_op_library(path), path, origin,
                 tuple(record.get("flags", ())),
                 tuple(record.get("attempts", ())))
@@ -363,11 +346,14 @@ def _try_load(opts: options.Options) -> Loaded:
       try:
         return _load_library(entry["path"], "package", entry)
       except (OSError, tf.errors.NotFoundError) as e:
-        failure = e  # e.g. another TensorFlow build: compiled here instead
+        failure = e  # e.g. damaged: compiled here instead
   try:
     path = build(opts)
     return _load_library(path, "cache", built_with(path))
   except KernelUnavailable as e:
+    if failure is not None:  # nor the package's build
+      e = KernelUnavailable(f"{e.reason}; the package's build: "
+                            f"{first_error(str(failure))}", e.remedy, e.log)
     return Loaded(error=e)
   except (OSError, subprocess.SubprocessError,
           tf.errors.NotFoundError) as e:

@@ -5,7 +5,9 @@ the baseline; elsewhere the compiler's default), the kernels are compiled
 through the kernel cache (`tfemb.kernels.build`: a build already there is
 reused, a target that fails falls back as there) and copied with a manifest
 into the package's `lib/` directory, which `tfemb.kernels.packaged` reads
-at run time.
+at run time. Each build's entry is its record (`library_record`: its size
+and digest, the TensorFlow it was compiled against), checked before it is
+loaded.
 
 A build's requirements are the instruction-set extensions its target
 enables (the compiler's predefined macros, e.g. `__AVX2__`), named as
@@ -22,8 +24,10 @@ from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
+from tfemb import atomic_files
 from tfemb import options
 from tfemb.kernels import build
+from tfemb.kernels import library_record
 from tfemb.kernels import packaged
 
 # Predefined macros whose /proc/cpuinfo flag is not their name in lower case.
@@ -100,13 +104,13 @@ def write(directory: str = packaged.DIR, cache: Optional[str] = None,
     flags = record.get("flags", [])
     name = f"tfemb_kernels-{march or 'default'}.so"
     shutil.copyfile(path, os.path.join(directory, name))
-    entries.append({"file": name, "march": march, "flags": flags,
-                    "attempts": record.get("attempts", []),
-                    "requires": requirements(flags)})
+    entries.append(library_record.describe(
+        os.path.join(directory, name), name, march=march, flags=flags,
+        attempts=record.get("attempts", []), requires=requirements(flags)))
   if not entries:
     raise failures[0]
   record = {"tensorflow": tf.__version__, "sources": build.source_digest(),
             "builds": entries}
-  with open(os.path.join(directory, packaged.MANIFEST), "w") as f:
-    json.dump(record, f, indent=1)
+  atomic_files.write_text(os.path.join(directory, packaged.MANIFEST),
+                            json.dumps(record, indent=1))
   return record

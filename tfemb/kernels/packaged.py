@@ -4,7 +4,9 @@
 --no-build-isolation .` and `pip wheel --no-build-isolation .`) compiles the
 kernels for the TensorFlow installed at that moment, once per CPU target,
 into `tfemb/kernels/lib/` with a manifest: per build its file, target,
-flags and the CPU flags it needs (as Linux's /proc/cpuinfo names them). At
+flags, the CPU flags it needs (as Linux's /proc/cpuinfo names them) and
+its record (`library_record`: size, digest, TensorFlow build), which
+`tfemb.kernels.build` checks before loading it (else compiles here). At
 run time `find()` picks the first build this CPU can run, if the manifest's
 TensorFlow version and sources are those of this process: a machine
 without a compiler trains on the fused path. Otherwise the kernels are

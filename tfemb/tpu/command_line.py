@@ -17,6 +17,7 @@ import os
 import sys
 from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
 
+from tfemb import atomic_files
 from tfemb import optimizers
 
 DEBUG_HINT = "(--debug shows the traceback)"
@@ -148,15 +149,8 @@ def check_writable(argument: str, path: str) -> None:
 def write_whole(argument: str, path: str, text: str) -> None:
   """Writes `text` to `path` whole or not at all (a file beside it, moved
   into place)."""
-  partial = f"{path}.partial-{os.getpid()}"
   try:
-    try:
-      with open(partial, "w") as f:
-        f.write(text)
-      os.replace(partial, path)
-    finally:
-      if os.path.exists(partial):
-        os.remove(partial)
+    atomic_files.write_text(path, text)
   except OSError as e:
     raise UsageError(argument, f"cannot write {path!r}: "
                      f"{e.strerror or e}") from e
