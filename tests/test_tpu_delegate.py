@@ -157,15 +157,15 @@ def test_off_tpu_strategies_get_the_host_engine(calls, make_strategy):
   assert isinstance(embedding, tfemb.TPUEmbedding)
   assert isinstance(embedding, host_engine.HostEmbedding)
   assert not calls
-  assert not delegate.is_tpu_strategy(strategy)
+  assert not delegate.on_tpu(strategy)
 
 
 @pytest.mark.parametrize("base", [tf.distribute.TPUStrategy,
                                   tf.distribute.experimental.TPUStrategy])
 def test_both_tpu_strategy_classes_count(base):
   subclass = type("SomeTPUStrategy", (base,), {})
-  assert delegate.is_tpu_strategy(object.__new__(subclass))
-  assert not delegate.is_tpu_strategy(object.__new__(tf.distribute.Strategy))
+  assert delegate.on_tpu(object.__new__(subclass))
+  assert not delegate.on_tpu(object.__new__(tf.distribute.Strategy))
 
 
 @pytest.mark.parametrize("hardware, requested, engine", [

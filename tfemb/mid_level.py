@@ -36,7 +36,7 @@ def _tpu_engine(feature_config, optimizer,
                                      pipeline_execution_with_tensor_core)
 
 
-@delegate.shows_init_arguments
+@delegate.delegated_on_tpu(_tpu_engine)
 class TPUEmbedding(HostEmbedding):
   """`tf.tpu.experimental.embedding.TPUEmbedding` with the TPU's numbers.
 
@@ -56,13 +56,6 @@ class TPUEmbedding(HostEmbedding):
   scope, this returns TensorFlow's own TPU engine instead (see the module
   docstring).
   """
-
-  def __new__(cls, *args, **kwargs):
-    # No arguments: copy/pickle re-creating an existing host engine.
-    if (args or kwargs) and delegate.is_tpu_strategy(
-        tf.distribute.get_strategy()):
-      return _tpu_engine(*args, **kwargs)
-    return super().__new__(cls)
 
   @_no_autograph
   def enqueue(self, features, weights=None, training: bool = True,

@@ -26,10 +26,10 @@ import sys
 import threading
 from typing import Any, Dict, List, Optional, Tuple
 
-import tensorflow as tf
 
 from tfemb.mid_level import TPUEmbedding
 from tfemb.sparsecore.engine import TPUEmbeddingV2
+from tfemb.tpu import delegate
 from tfemb.tpu.tensorflow_classes import TENSORFLOW_ENGINES
 from tfemb.v0 import TPUEmbeddingV0
 
@@ -68,8 +68,7 @@ def _tfrs_layer() -> Optional[type]:
 
 
 def _check_strategy() -> None:
-  strategy = tf.distribute.get_strategy()
-  if "TPUStrategy" in type(strategy).__name__:
+  if delegate.on_tpu():
     raise RuntimeError(
         "tfemb.patch() routes TensorFlow's TPU embedding classes to tfemb "
         "off the TPU; under a TPUStrategy TensorFlow's own classes already "

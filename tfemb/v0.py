@@ -37,7 +37,7 @@ def _tpu_engine(feature_config, optimizer):
       embedding_feature=delegate.EmbeddingFeature.UNSUPPORTED)
 
 
-@delegate.shows_init_arguments
+@delegate.delegated_on_tpu(_tpu_engine)
 class TPUEmbeddingV0(HostEmbedding):
   """`tf.tpu.experimental.embedding.TPUEmbeddingV0`, on any strategy.
 
@@ -62,13 +62,6 @@ class TPUEmbeddingV0(HostEmbedding):
   Created under a `TPUStrategy` scope, this returns TensorFlow's own
   `TPUEmbeddingV0` instead (see the module docstring).
   """
-
-  def __new__(cls, *args, **kwargs):
-    # No arguments: copy/pickle re-creating an existing object.
-    if (args or kwargs) and delegate.is_tpu_strategy(
-        tf.distribute.get_strategy()):
-      return _tpu_engine(*args, **kwargs)
-    return super().__new__(cls)
 
   def __init__(self, feature_config: Any, optimizer: Optional[Any]):
     # The Keras optimizer updates the tables: plain variables, each table

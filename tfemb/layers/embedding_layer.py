@@ -143,11 +143,12 @@ class TPUEmbedding(tf.keras.layers.Layer):
     self._feature_config = resolved.structure
     self._table_config_map = list(zip(resolved.user_tables, resolved.tables))
     self._creation_strategy = tf.distribute.get_strategy()
+    self._on_tpu = delegate.on_tpu(self._creation_strategy)
     self._sparse_core_embedding_config = sparse_core_embedding_config
     self._pipeline_execution_with_tensor_core = (
         pipeline_execution_with_tensor_core)
     self._engine = engines.make_engine(
-        self._feature_config, self._optimizer, self._table_config_map,
+        self._on_tpu, self._feature_config, self._optimizer, self._table_config_map,
         self._creation_strategy, pipeline_execution_with_tensor_core,
         embedding_feature, sparse_core_embedding_config)
     self._embedding_feature = self._engine.embedding_feature
@@ -210,9 +211,9 @@ class TPUEmbedding(tf.keras.layers.Layer):
     """As tfrs: created and called under the same kind of strategy."""
     created = self._creation_strategy
     current = tf.distribute.get_strategy()
-    if delegate.is_tpu_strategy(created) == delegate.is_tpu_strategy(current):
+    if delegate.on_tpu(current) == self._on_tpu:
       return
-    if delegate.is_tpu_strategy(current):
+    if not self._on_tpu:
       raise RuntimeError(
           f"Layer {self.name!r} was created under strategy {created} but is "
           f"being called under a TPUStrategy ({current}). Please create the "

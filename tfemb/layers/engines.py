@@ -37,12 +37,13 @@ from tfemb.tpu import delegate
 EmbeddingFeature = delegate.EmbeddingFeature
 
 
-def make_engine(feature_config, optimizer, table_config_map, strategy,
-                pipeline_execution_with_tensor_core=False,
+def make_engine(on_tpu, feature_config, optimizer, table_config_map,
+                strategy, pipeline_execution_with_tensor_core=False,
                 embedding_feature=None, sparse_core_embedding_config=None):
-  """The adapter for `strategy`: the host engine unless it is a TPUStrategy.
+  """The adapter for `strategy`: a host engine unless `on_tpu`.
 
   Args:
+    on_tpu: the layer's `tfemb.tpu.delegate.on_tpu(strategy)`.
     feature_config: the layer's resolved `FeatureConfig`s (named tables
       with their optimizers: `tfemb.resolution`).
     optimizer: the layer's embedding optimizer (or None).
@@ -52,7 +53,7 @@ def make_engine(feature_config, optimizer, table_config_map, strategy,
     embedding_feature: None (the TPU's) or the feature to use on a TPU.
     sparse_core_embedding_config: for `TPUEmbeddingV2`.
   """
-  if not delegate.is_tpu_strategy(strategy):
+  if not on_tpu:
     if (embedding_feature == EmbeddingFeature.V2 or
         sparse_core_embedding_config is not None):
       return HostEngineV2(feature_config, optimizer, table_config_map,

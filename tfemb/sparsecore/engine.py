@@ -33,7 +33,7 @@ from tfemb.tpu import delegate
 _no_autograph = tf.autograph.experimental.do_not_convert
 
 
-@delegate.shows_init_arguments
+@delegate.delegated_on_tpu(delegate.make_tpu_embedding_v2)
 class TPUEmbeddingV2(core.Engine):
   """`tf.tpu.experimental.embedding.TPUEmbeddingV2`, computed on the host.
 
@@ -53,12 +53,6 @@ class TPUEmbeddingV2(core.Engine):
   SparseCores each, as TensorFlow lays them out on such a TPU; TensorFlow's
   checkpoint adapter reshards them for another number of chips.
   """
-
-  def __new__(cls, *args, **kwargs):
-    if (args or kwargs) and delegate.is_tpu_strategy(
-        tf.distribute.get_strategy()):
-      return delegate.make_tpu_embedding_v2(*args, **kwargs)
-    return super().__new__(cls)
 
   def __init__(self,
                feature_config: Any,

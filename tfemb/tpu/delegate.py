@@ -15,7 +15,7 @@ Nothing else happens here: what the returned object computes is TensorFlow's.
 """
 
 import inspect
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import tensorflow as tf
 
@@ -31,19 +31,38 @@ _TPU_STRATEGIES = (tf.distribute.TPUStrategy,
                    tf.distribute.experimental.TPUStrategy)
 
 
-def shows_init_arguments(cls):
-  """Class decorator for an engine whose `__new__(cls, *args, **kwargs)`
-  hands the construction to TensorFlow under a `TPUStrategy`: that
-  `__new__` shows the class's `__init__` arguments, so `inspect.signature`,
-  `help()` and IDEs see the constructor's, as for TensorFlow's class
-  (Python reads a class's signature from its own `__new__` first)."""
-  cls.__new__.__signature__ = inspect.signature(cls.__init__)
-  return cls
-
-
-def is_tpu_strategy(strategy: Any) -> bool:
-  """Whether `strategy` is a TPU strategy, as TensorFlow's engines check."""
+def on_tpu(strategy: Optional[Any] = None) -> bool:
+  """The one TPU-or-host decision: whether TensorFlow's TPU engines do the
+  work under `strategy` (default: the current one), i.e. whether it is a
+  TPU strategy, as TensorFlow's engines check. Asked by the layer
+  (`tfemb.layers`), the mid-level classes (`delegated_on_tpu`) and the
+  patch's entry (`tfemb.patching`)."""
+  if strategy is None:
+    strategy = tf.distribute.get_strategy()
   return isinstance(strategy, _TPU_STRATEGIES)
+
+
+def delegated_on_tpu(make_tpu_engine: Callable[..., Any]):
+  """Class decorator for a mid-level class: created with arguments where
+  `on_tpu()`, the class gives TensorFlow's own engine,
+  `make_tpu_engine(*args, **kwargs)`, instead of an instance of itself (no
+  arguments: copy or pickle re-creating an existing object). The
+  `__new__` it installs shows the class's `__init__` arguments, so
+  `inspect.signature`, `help()` and IDEs see the constructor's, as for
+  TensorFlow's class (Python reads a class's signature from its own
+  `__new__` first)."""
+
+  def decorate(cls):
+    def __new__(klass, *args, **kwargs):  # pylint: disable=invalid-name
+      if (args or kwargs) and on_tpu():
+        return make_tpu_engine(*args, **kwargs)
+      return super(cls, klass).__new__(klass)
+
+    __new__.__signature__ = inspect.signature(cls.__init__)
+    cls.__new__ = staticmethod(__new__)
+    return cls
+
+  return decorate
 
 
 def resolve_embedding_feature(strategy, requested=None) -> EmbeddingFeature:
@@ -91,7 +110,7 @@ def make_tpu_embedding(feature_config: Any,
     `TPUEmbeddingV0`.
   """
   strategy = strategy or tf.distribute.get_strategy()
-  if not is_tpu_strategy(strategy):
+  if not on_tpu(strategy):
     raise ValueError(
         f"The TPU delegate needs a TPUStrategy, got {type(strategy).__name__}; "
         "off the TPU, tfemb.TPUEmbedding is the host engine.")
