@@ -3,7 +3,7 @@
 A measurement runs in a process of its own (`runner.run` starts it) and
 hands its result back as a JSON file at `--out`, which the parent reads.
 The suite's children (child.py, flatness.py, floor.py, bandwidth.py) and the
-lab tools' one-process measurements end the same way, so the way they write
+experiments' one-process measurements end the same way, so the way they write
 that file is written once, here: a parent reads every child's file alike.
 """
 

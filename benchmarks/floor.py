@@ -3,14 +3,15 @@
     python -m benchmarks.floor --optimizers sgd,adagrad,adam \
         --small 100000 --large 5000000 --out floor.json
 
-Builds `benchmarks/native/step_order.cc` (plain C++, no TensorFlow) and times
-the distinct rows of the suite's batches alone: each table's rows looked up
-(the parameters copied out), then updated in place by the optimizer's rule
-(parameters and slots side by side), every table looked up before any is
-updated as in training, 8 tables on both cores. No deduplication, no
-activations per id, no gradient sums: the reads and writes of rows that any
-exact implementation makes, and nothing else. Both sizes are timed side by
-side in one process, as `benchmarks.flatness` times tfemb.
+Builds `benchmarks/floor.cc` (plain C++, no TensorFlow) and times the
+distinct rows of the suite's batches (`Workload.make_batches`, written to a
+file it reads) alone: each table's rows looked up (the parameters copied
+out), then updated in place by the optimizer's rule (parameters and slots
+side by side), every table looked up before any is updated as in training,
+8 tables on both cores. No deduplication, no activations per id, no
+gradient sums: the reads and writes of rows that any exact implementation
+makes, and nothing else. Both sizes are timed side by side in one process,
+as `benchmarks.flatness` times tfemb.
 
 The report puts these beside the targets that memory decides: the
 step's growth from the small to the large size (item 2) and the embedding
@@ -25,18 +26,20 @@ import subprocess
 import tempfile
 from typing import Dict, List
 
+import numpy as np
+
 from benchmarks import cli
 from benchmarks import procmem
 from benchmarks import workload as workload_lib
 from benchmarks.stacks import REPO
 
-NATIVE = os.path.join(REPO, "benchmarks", "native")
+SOURCE = os.path.join(REPO, "benchmarks", "floor.cc")
 # As tfemb's kernels are built (tfemb/kernels/build.py), for this machine:
 # without -fno-math-errno the compiler keeps sqrt scalar (it may have to set
 # errno), which made Adam's rows cost twice their memory time.
 FLAGS = ["-O3", "-march=native", "-fno-math-errno"]
-_LINE = re.compile(r"^(\w+), (\d+) rows x \d+ tables, lookups-first, "
-                   r"2 threads: ([\d.]+) ms per step \((\d+) distinct rows")
+_LINE = re.compile(r"^(\w+), (\d+) rows x \d+ tables: ([\d.]+) ms per step "
+                   r"\((\d+) distinct rows")
 
 
 def parse_args(argv=None):
@@ -51,19 +54,44 @@ def parse_args(argv=None):
 
 
 def build(directory: str) -> str:
-  """Compiles step_order.cc into `directory`; returns the binary's path."""
+  """Compiles floor.cc into `directory`; returns the binary's path."""
   compiler = os.environ.get("CXX", "c++")
   if not shutil.which(compiler):
     raise RuntimeError(f"no C++ compiler ({compiler}) to build the floor")
-  binary = os.path.join(directory, "step_order")
-  subprocess.run([compiler, *FLAGS, "-I", NATIVE, "-pthread",
-                  os.path.join(NATIVE, "step_order.cc"), "-o", binary],
+  binary = os.path.join(directory, "floor")
+  subprocess.run([compiler, *FLAGS, "-pthread", SOURCE, "-o", binary],
                  check=True, timeout=300, capture_output=True)
   return binary
 
 
+def distinct_rows(batches, names) -> List[List[np.ndarray]]:
+  """Per batch and table, the distinct ids in the order they first appear
+  (the order tfemb's lookup meets them)."""
+  out = []
+  for features, _ in batches:
+    out.append([])
+    for name in names:
+      _, first = np.unique(features[name], return_index=True)
+      out[-1].append(features[name][np.sort(first)])
+  return out
+
+
+def write_ids(path: str, sizes: List[int]):
+  """The suite's batches at each size, as floor.cc reads them."""
+  parts = []
+  for vocab in sizes:
+    work = workload_lib.Workload(vocab=vocab, optimizer="sgd")  # any rule
+    rows = distinct_rows(work.make_batches(), work.names)
+    parts.append([vocab, len(rows), work.features])
+    for per_table in rows:
+      for ids in per_table:
+        parts += [[len(ids)], ids]
+  np.concatenate([np.asarray(p, np.int64) for p in parts]).astype(
+      "<i8").tofile(path)
+
+
 def parse(stdout: str) -> Dict[int, dict]:
-  """step_order's lines -> {rows per table: {ms, distinct}}."""
+  """floor.cc's lines -> {rows per table: {ms, distinct}}."""
   out = {}
   for line in stdout.splitlines():
     m = _LINE.match(line.strip())
@@ -73,7 +101,7 @@ def parse(stdout: str) -> Dict[int, dict]:
   return out
 
 
-def measure(binary: str, optimizer: str, sizes: List[int],
+def measure(binary: str, ids: str, optimizer: str, sizes: List[int],
             timeout: float) -> dict:
   """One optimizer at `sizes` (ascending), side by side:
   {"ms": {size: ms}, ...}."""
@@ -85,12 +113,11 @@ def measure(binary: str, optimizer: str, sizes: List[int],
             "detail": f"needs {need / procmem.GIB:.1f} GiB, "
                       f"{free / procmem.GIB:.1f} GiB available"}
   done = subprocess.run(
-      [binary, ",".join(str(v) for v in sizes), "lookups-first", "2",
-       optimizer], capture_output=True, text=True, timeout=timeout,
-      check=True)
+      [binary, ids, optimizer], capture_output=True, text=True,
+      timeout=timeout, check=True)
   by_size = parse(done.stdout)
   if sorted(by_size) != sizes:
-    raise RuntimeError(f"unexpected output from step_order: {done.stdout!r}")
+    raise RuntimeError(f"unexpected output from floor.cc: {done.stdout!r}")
   return {"optimizer": optimizer, "status": "ok",
           "ms": {str(v): by_size[v]["ms"] for v in sizes},
           "distinct": {str(v): by_size[v]["distinct"] for v in sizes}}
@@ -99,8 +126,9 @@ def measure(binary: str, optimizer: str, sizes: List[int],
 def run(args) -> dict:
   sizes = sorted({args.small, args.large})
   with tempfile.TemporaryDirectory() as tmp:
-    binary = build(tmp)
-    rows = [measure(binary, opt, sizes, args.timeout)
+    binary, ids = build(tmp), os.path.join(tmp, "ids")
+    write_ids(ids, sizes)
+    rows = [measure(binary, ids, opt, sizes, args.timeout)
             for opt in args.optimizers.split(",")]
   return {"sizes": sizes, "floors": rows}
 

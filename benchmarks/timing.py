@@ -29,32 +29,6 @@ def time_steps(step: Callable, tensors: Sequence, steps: int,
   return times
 
 
-def alternate(built, rounds: int, calls: int):
-  """Rounds of alternating blocks: `built` is `{name: (step, tensors,
-  steps per call)}`, already warmed up; each round times `calls` calls of
-  each, in the given order on even rounds and reversed on odd ones, and
-  yields `{name: median ms per step}` (both see the same minutes of the
-  machine)."""
-  names = list(built)
-  for r in range(rounds):
-    medians = {}
-    for name in (names if r % 2 == 0 else names[::-1]):
-      step, tensors, per_call = built[name]
-      times = time_steps(step, tensors, calls, start=r)
-      medians[name] = float(np.median(times)) * 1e3 / per_call
-    yield medians
-
-
-def ratio_of_rounds(rounds, base: str, other: str) -> dict:
-  """`other / base` over rounds of `alternate`: the median of the rounds'
-  ratios, its quartiles, and each one's median ms per step."""
-  ratios = [m[other] / m[base] for m in rounds]
-  return {"base_ms": float(np.median([m[base] for m in rounds])),
-          "other_ms": float(np.median([m[other] for m in rounds])),
-          "ratio": float(np.median(ratios)),
-          "quartiles": [float(np.quantile(ratios, q)) for q in (.25, .75)]}
-
-
 def summary(times: Sequence[float]) -> dict:
   t = np.asarray(times) * 1e3
   return {"median_ms": float(np.median(t)), "p10_ms": float(np.quantile(t, .1)),

@@ -1,10 +1,12 @@
 """The benchmark suite's memory-traffic bound (docs/performance.md, 'Method'): bytes moved
-per step over the measured bandwidth, and how the report judges it; and the
-children's count of memory on 2 MiB pages."""
+per step over the measured bandwidth, and how the report judges it; the
+memory model; and the children's count of memory on 2 MiB pages."""
 
+import numpy as np
 import pytest
 
 from benchmarks import analysis
+from benchmarks import workload as workload_lib
 
 # 8 tables of dim 32, Adam (2 slots), 1,800 distinct ids per table, batch
 # 4096: rows read and written once each, activations and gradients once.
@@ -51,9 +53,42 @@ def test_a_run_without_the_random_row_rate_still_reports_the_bound():
   bandwidth = {k: v for k, v in BANDWIDTH.items() if k != "row_gather_gbps"}
   run = _run(2.0, bandwidth)
   b = analysis.traffic_bound(run["runs"], bandwidth, "adam", 5_000_000)
+  assert b["ratio"] == pytest.approx(2.0 / ((ROWS + 2 * PER_BATCH) / 25e9
+                                            * 1e3))
   assert "random_ratio" not in b
   (target,) = [t for t in analysis.targets(run) if "memory-traffic" in t[0]]
   assert "random-row" not in target[1] and target[2] is True
+
+
+def test_bytes_per_step_are_the_sum_of_the_rows_and_the_batch():
+  work = workload_lib.Workload(vocab=50, optimizer="adagrad", features=3,
+                               dim=4, batch=16, distinct_batches=3)
+  batches = work.make_batches()
+  traffic = work.traffic_bytes_per_step(batches)
+  # Each batch's distinct ids of every table, read and written once, with
+  # the accumulator beside; one activation and one gradient per id.
+  distinct = np.mean([sum(len(set(ids.tolist())) for ids in f.values())
+                      for f, _ in batches])
+  assert traffic["rows"] == pytest.approx(2 * 2 * distinct * 4 * 4)
+  assert traffic["activations"] == traffic["gradients"] == 3 * 16 * 4 * 4
+  assert traffic["total"] == pytest.approx(
+      traffic["rows"] + traffic["activations"] + traffic["gradients"])
+
+
+def test_memory_model_charges_the_smallest_runs_overhead():
+  gib = 2**30
+  runs = [{"stack": "tfemb", "optimizer": "adam", "vocab": v, "status": "ok",
+           "median_ms": 1.0, "peak_rss": rss, "table_and_slot_bytes": tables}
+          for v, rss, tables in ((1000, 1.5 * gib, 0.1 * gib),
+                                 (5000, 2.8 * gib, 1.0 * gib))]
+  small, large = analysis.memory_model(runs, "adam")
+  assert small["overhead"] == large["overhead"] == pytest.approx(1.4 * gib)
+  assert small["ratio"] == pytest.approx(1.0)
+  assert large["ratio"] == pytest.approx(2.8 / 2.4)
+  (target,) = [t for t in analysis.targets({"runs": runs})
+               if "peak RSS" in t[0]]
+  assert "5,000 rows: 2.80 GiB vs 1.00 + 1.40 GiB: 1.17x" in target[1]
+  assert target[2] is True
 
 
 def test_huge_pages_counts_a_region_backed_by_2_mib_pages():

@@ -1,5 +1,5 @@
-"""The rows alone in C++ (benchmarks/floor.py): the child, and how the
-report sets its numbers beside the targets memory decides
+"""The rows alone in C++ (benchmarks/floor.py, floor.cc): the child, and how
+the report sets its numbers beside the targets memory decides
 (docs/performance.md, 'Method')."""
 
 import json
@@ -8,24 +8,32 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
+
 from benchmarks import analysis
 from benchmarks import floor
 from benchmarks import report
+from benchmarks import workload as workload_lib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def test_parse_reads_one_line_per_size():
-  out = floor.parse(
-      "adam, 100000 rows x 8 tables, lookups-first, 2 threads: 0.553 ms per "
-      "step (12997 distinct rows, 43 ns each)\n"
-      "adam, 5000000 rows x 8 tables, lookups-first, 2 threads: 1.101 ms per "
-      "step (15901 distinct rows, 69 ns each)\n")
-  assert out == {100_000: {"ms": 0.553, "distinct": 12997},
-                 5_000_000: {"ms": 1.101, "distinct": 15901}}
+def _distinct_per_step(vocab):
+  """The rows floor.cc must count: the workload's distinct ids per batch,
+  over its 8 tables, averaged over the batches (rounded down)."""
+  batches = workload_lib.Workload(vocab=vocab, optimizer="sgd").make_batches()
+  per_batch = [sum(len(set(ids.tolist())) for ids in features.values())
+               for features, _ in batches]
+  return sum(per_batch) // len(per_batch)
 
 
-def test_child_times_every_optimizer_at_both_sizes(tmp_path):
+def test_distinct_rows_keep_the_order_ids_first_appear():
+  ids = np.array([7, 3, 7, 9, 3, 1, 9])
+  (rows,) = floor.distinct_rows([({"f0": ids}, None)], ["f0"])
+  np.testing.assert_array_equal(rows[0], [7, 3, 9, 1])
+
+
+def test_child_times_the_workloads_rows_with_every_optimizer(tmp_path):
   path = tmp_path / "floor.json"
   done = subprocess.run(
       [sys.executable, "-m", "benchmarks.floor", "--small", "1000",
@@ -37,21 +45,20 @@ def test_child_times_every_optimizer_at_both_sizes(tmp_path):
   assert result["sizes"] == [1000, 4000]
   assert [r["optimizer"] for r in result["floors"]] == ["sgd", "adagrad",
                                                         "adam"]
+  # floor.cc read the suite's own batches: the rows it timed per step are
+  # the workload's distinct ids, counted here, for every rule.
+  want = {str(v): _distinct_per_step(v) for v in (1000, 4000)}
   for row in result["floors"]:
     assert row["status"] == "ok"
-    assert set(row["ms"]) == {"1000", "4000"}
+    assert row["distinct"] == want
     assert all(ms > 0 for ms in row["ms"].values())
-    # Same batches for every rule: 8 tables of 4096 ids, each distinct id
-    # of a batch counted once, at most all the rows of the 8 tables.
-    assert row["distinct"] == result["floors"][0]["distinct"]
-    assert 0 < row["distinct"]["1000"] <= 8 * 1000
-    assert row["distinct"]["1000"] < row["distinct"]["4000"] <= 8 * 4096
 
 
 def test_a_size_that_does_not_fit_is_skipped_not_run(monkeypatch):
   monkeypatch.setattr(floor.procmem, "available", lambda: 4 * 2**30)
   # Adam at 5M rows: 8 x 5M x 32 x 4 bytes x 3 = 15.4 GB.
-  row = floor.measure("/nonexistent/binary", "adam", [5_000_000], 10)
+  row = floor.measure("/nonexistent/binary", "/nonexistent/ids", "adam",
+                      [5_000_000], 10)
   assert row["status"] == "skipped"
   assert "needs 14.3 GiB" in row["detail"]
 

@@ -1,4 +1,4 @@
-"""ParameterServerStrategy clusters of benchmarks/cluster.py on 127.0.0.1
+"""ParameterServerStrategy clusters of benchmarks/cluster/ on 127.0.0.1
 (a coordinator, 1 or 2 workers, 2 or 3 parameter servers; tf_keras `model.fit`):
 traffic per step against the table's size, parameter servers whose memory
 is capped below the tables' total, and a parameter server or a worker killed

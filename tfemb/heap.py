@@ -10,7 +10,7 @@ freed, but only for blocks up to 32 MiB: with tables of a few MB, freeing
 a table-sized block (an initial value) does that; with tables above 32 MiB
 nothing does, the thresholds stay near the step's buffer size and a step
 takes page faults that it does not take with small tables
-(`benchmarks/lab/page_faults.py` counts them).
+(`python -m benchmarks.flatness` reports them per step).
 
 `keep_freed_buffers()` sets the thresholds glibc's own rule reaches after
 freeing a 32 MiB block (mmap above 32 MiB, trim above 64 MiB), so the step

@@ -8,7 +8,7 @@ parameters first, then the slots in the optimizer's order), each row is one
 place, and a lookup's read of it can leave the page translation and the
 neighbouring lines for the update. That counts in a training step's order,
 where every table is looked up before any is updated and a row's lines are
-gone from the caches when its update comes (`benchmarks/lab/layout.py --order`
+gone from the caches when its update comes (`experiments/layout.py --order`
 measures it).
 
 Everyone else still sees TensorFlow's variables: the parameters and each
@@ -26,7 +26,7 @@ once): that would need the tables' bytes a second time. Instead a save
 splits each table (`kernel_ops.split_columns`): its rows move into one
 contiguous block per view, the saver writes slices of the blocks, and the
 rows move back when the save is over, so saving takes no more memory than
-with separate variables (`benchmarks/lab/save_memory.py` compares the peaks).
+with separate variables.
 Restores write the views in place (`kernel_ops.write_columns`).
 
 Here, all of the layout:

@@ -22,7 +22,7 @@
 // [rows, (1 + slots) x dim] (parameters first, then the slots in the
 // optimizer's order): TfembDedupGather's `row_width` and TfembApplyRows'
 // `interleaved` say so. A step's lookup then brings in the lines and the
-// page its update needs (benchmarks/lab/layout.py compares the two layouts).
+// page its update needs (experiments/layout.py compares the two layouts).
 //
 // A checkpoint save of an interleaved table moves its rows out for a while
 // (column_split.cc): each kernel puts them back first.
@@ -198,7 +198,7 @@ absl::Status RowGradientsShape(InferenceContext* c) {
 // table holds only each distinct id's int32 position (-1: empty) and the ids
 // themselves stay in `unique_`: 32 KiB for a batch of 4096 ids, the L1
 // cache's size (int64 ids and positions side by side take four times that,
-// and longer: benchmarks/native/dedup.cc).
+// and longer).
 class Dedup {
  public:
   explicit Dedup(int64_t n) {
@@ -251,7 +251,7 @@ inline void CopyRow(float* __restrict to, const float* __restrict from,
 // compiled for a width known in advance: unrolled, no remainder, no trip
 // count to test. Any other width gets W = 0: the loops take `dim` at run
 // time. The floats are the same either way (every loop is element by
-// element); the compiled widths are faster (benchmarks/lab/kernel_ab.py
+// element); the compiled widths are faster (experiments/kernel_ab.py
 // compares builds).
 template <typename F>
 inline void WithWidth(int64_t dim, F&& f) {
@@ -386,9 +386,8 @@ class DedupGatherOp : public OpKernel {
     // a compact buffer: the prefetches then run kPrefetchRows distinct rows
     // ahead (in the order of the ids, repeats of popular ids would take
     // half of them); then every id's row from that buffer, which the
-    // caches hold: faster than one pass in the order of the ids
-    // (benchmarks/native/dedup.cc, "positions + distinct rows"; the whole
-    // step: benchmarks/lab/kernel_ab.py).
+    // caches hold: faster than one pass in the order of the ids (the whole
+    // step: experiments/kernel_ab.py).
     Tensor compact;
     OP_REQUIRES_OK(ctx, ctx->allocate_temp(::tensorflow::DT_FLOAT,
                                            TensorShape({u, dim_}), &compact));

@@ -1,4 +1,4 @@
-"""benchmarks/lab/mirrored.py times what it says: in its `mirrored` mode the
+"""experiments/mirrored.py times what it says: in its `mirrored` mode the
 suite's Keras step trains mirrored tables, through the fused kernels."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import tensorflow as tf
 from benchmarks import timing
 from benchmarks import train_step
 from benchmarks import workload as workload_lib
-from benchmarks.lab import mirrored
+from experiments import mirrored
 
 
 def test_the_mirrored_mode_trains_mirrored_tables_with_the_kernels(

@@ -1,13 +1,13 @@
-"""benchmarks/lab/ops_path.py: both host paths timed in alternating rounds, and
-the rounds' arithmetic (`benchmarks/timing.py`)."""
+"""experiments/ops_path.py: both host paths timed in alternating rounds, and
+the rounds' arithmetic (experiments/v2_ab.py)."""
 
 import json
 
 import pytest
 import tensorflow as tf
 
-from benchmarks import timing
-from benchmarks.lab import ops_path
+from experiments import ops_path
+from experiments import v2_ab
 from tfemb.host import tables
 
 
@@ -25,7 +25,7 @@ class _Step:
 def test_alternate_reverses_the_order_every_round():
   calls = []
   built = {n: (_Step(n, calls), [(None, None)], 2) for n in ("a", "b")}
-  rounds = list(timing.alternate(built, rounds=3, calls=2))
+  rounds = list(v2_ab.alternate(built, rounds=3, calls=2))
   assert calls == ["a", "a", "b", "b", "b", "b", "a", "a", "a", "a", "b",
                    "b"]
   assert len(rounds) == 3 and all(set(r) == {"a", "b"} for r in rounds)
@@ -34,7 +34,7 @@ def test_alternate_reverses_the_order_every_round():
 def test_ratio_of_rounds_is_the_median_of_the_rounds_ratios():
   rounds = [{"a": 1.0, "b": 2.0}, {"a": 2.0, "b": 3.0},
             {"a": 4.0, "b": 20.0}]
-  result = timing.ratio_of_rounds(rounds, "a", "b")
+  result = v2_ab.ratio_of_rounds(rounds, "a", "b")
   assert result["ratio"] == 2.0  # of 2, 1.5 and 5
   assert result["base_ms"] == 2.0 and result["other_ms"] == 3.0
   assert result["quartiles"] == [1.75, 3.5]
@@ -59,4 +59,4 @@ def test_times_the_ops_path_beside_the_fused_kernels(tmp_path, monkeypatch):
   assert len(result["rounds"]) == 2
   assert all(set(r) == {"fused", "ops"} for r in result["rounds"])
   assert result["ratio"] == pytest.approx(
-      timing.ratio_of_rounds(result["rounds"], "fused", "ops")["ratio"])
+      v2_ab.ratio_of_rounds(result["rounds"], "fused", "ops")["ratio"])

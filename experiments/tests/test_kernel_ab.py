@@ -1,4 +1,4 @@
-"""benchmarks.lab.kernel_ab: a git revision's kernels beside the working tree's.
+"""experiments.kernel_ab: a git revision's kernels beside the working tree's.
 
 The renamed source must register every op under the base prefix (or the two
 libraries would collide), the comparison must refuse builds that compute
@@ -11,10 +11,11 @@ import re
 
 import pytest
 
-from benchmarks.lab import kernel_ab
+from experiments import kernel_ab
 
-KERNELS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "tfemb",
-                       "kernels")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))  # the repository
+KERNELS = os.path.join(ROOT, "tfemb", "kernels")
 
 
 def test_rename_moves_ops_kernels_and_namespace():

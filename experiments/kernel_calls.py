@@ -4,7 +4,7 @@ tfemb's own calls (`tfemb.kernels.ops`) take a table's variables as the
 host engine makes them and always run the build the process loaded. The
 benchmarks time other arrangements: plain variables holding the slots
 beside the parameters (`row_width`, `interleaved`) and another build of
-the kernels (`library`: benchmarks/lab/kernel_ab.py's). The update's
+the kernels (`library`: experiments/kernel_ab.py's). The update's
 attributes are tfemb's (`ops.update_attributes`).
 """
 

@@ -1,4 +1,4 @@
-"""`python -m benchmarks.lab.scale` trains, saves, restores, exports and serves
+"""`python -m experiments.scale` trains, saves, restores, exports and serves
 (tiny sizes)."""
 
 import os
@@ -6,12 +6,12 @@ import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository
 
 
 def test_scale_saves_and_restores_exactly(tmp_path):
   result = subprocess.run(
-      [sys.executable, "-m", "benchmarks.lab.scale", "--rows", "20000",
+      [sys.executable, "-m", "experiments.scale", "--rows", "20000",
        "--compare-rows", "2000", "--steps", "5", "--batch", "256", "--out",
        str(tmp_path)],
       cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),

@@ -1,7 +1,7 @@
 """Long-run check (docs/performance.md, 'Long runs'): RSS and step time stay flat, no retracing.
 
-    python -m benchmarks.lab.soak                 # 20,000 steps
-    python -m benchmarks.lab.soak --steps 2000 --every 200
+    python -m experiments.soak                 # 20,000 steps
+    python -m experiments.soak --steps 2000 --every 200
 
 Trains the tfemb Keras layer (the benchmark's model: 8 features, a table
 each, Dense(1)) on small tables, cycling through distinct Zipf batches.

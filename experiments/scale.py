@@ -1,8 +1,8 @@
 """Scale check (docs/performance.md, 'Big tables'): a 100M-row table
 trains, saves, restores.
 
-    python -m benchmarks.lab.scale        # 100M x 16: 12.8 GB of table + slot
-    python -m benchmarks.lab.scale --rows 2000000 --compare-rows 200000 \
+    python -m experiments.scale        # 100M x 16: 12.8 GB of table + slot
+    python -m experiments.scale --rows 2000000 --compare-rows 200000 \
         --steps 30
 
 The model: the tfemb Keras layer with Adagrad(0.1), one big table (`--rows`
@@ -45,7 +45,7 @@ from benchmarks import procmem
 from benchmarks import timing
 from benchmarks import workload as workload_lib
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]  # the repository
+ROOT = pathlib.Path(__file__).resolve().parents[1]  # the repository
 GB = 1e9
 DIM, SMALL_TABLES, SMALL_ROWS = 16, 3, 100_000
 WARMUP, MORE_STEPS, SAMPLE, DISTINCT_BATCHES = 5, 5, 1000, 16
@@ -269,7 +269,7 @@ def spawn(argv, child, rows):
   path = pathlib.Path(parse_args(argv).out, f"{child}.json")
   path.unlink(missing_ok=True)
   code = subprocess.run(
-      [sys.executable, "-m", "benchmarks.lab.scale", *argv, "--child", child,
+      [sys.executable, "-m", "experiments.scale", *argv, "--child", child,
        "--rows", str(rows)], cwd=ROOT, check=False).returncode
   if not path.exists():
     raise SystemExit(f"{child} process failed (exit code {code})")
@@ -282,7 +282,7 @@ def summary(argv, args, compare, saved, restored):
   lines = [
       f"## tfemb at scale: {args.rows:,} x {DIM} rows, Adagrad: "
       f"{'PASS' if restored['ok'] else 'FAIL'}", "",
-      f"`python -m benchmarks.lab.scale {' '.join(argv)}` (batch {args.batch}; "
+      f"`python -m experiments.scale {' '.join(argv)}` (batch {args.batch}; "
       f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})", "",
       "- seconds (RSS after, GB): " + ", ".join(
           f"{name} {r[name]['seconds']:.1f} ({r[name]['rss'] / GB:.2f})"

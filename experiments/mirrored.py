@@ -1,6 +1,6 @@
 """The suite's Keras step under MirroredStrategy, with and without the kernels.
 
-    python -m benchmarks.lab.mirrored --sizes 100000 1000000 --rounds 2
+    python -m experiments.mirrored --sizes 100000 1000000 --rounds 2
 
 A script written for TPUStrategy or several GPUs often runs on a CPU host
 as `MirroredStrategy()`: one replica, the tables mirrored variables. Each
@@ -95,7 +95,7 @@ def main(argv=None):
         modes = list(MODES) if r % 2 == 0 else list(MODES)[::-1]
         got = {}
         for mode in modes:
-          got[mode] = runner.result("benchmarks.lab.mirrored", [
+          got[mode] = runner.result("experiments.mirrored", [
               "--mode", mode, "--optimizers", opt, "--sizes", str(size),
               "--steps", str(args.steps)], f"{opt} {size} {mode}")
         cells = [f"{got[m]['median_ms']:.2f} ({got[m]['p10_ms']:.2f}-"

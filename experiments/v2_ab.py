@@ -1,8 +1,8 @@
 """`TPUEmbeddingV2` beside the first generation: the ratio of their steps.
 
-    python -m benchmarks.lab.v2_ab --api mid --vocab 100000
-    python -m benchmarks.lab.v2_ab --api keras --vocab 100000 --calls 60
-    python -m benchmarks.lab.v2_ab --api mid --vocab 5000000 --rounds 11
+    python -m experiments.v2_ab --api mid --vocab 100000
+    python -m experiments.v2_ab --api keras --vocab 100000 --calls 60
+    python -m experiments.v2_ab --api mid --vocab 5000000 --rounds 11
 
 The suite's workload (8 tables of width 32, stacked into one by
 `TPUEmbeddingV2`, batch 4096, Zipf ids) trained by both generations:
@@ -13,7 +13,7 @@ layer (`tfemb`, and `tfemb-v2`: the layer following the SparseCore).
 
 By default both are built in one process and timed in alternating blocks
 of calls, which go first in turn: separate processes of unchanged code
-differ by up to 2x on a shared host (`benchmarks/lab/modes.py`), and within
+differ by up to 2x on a shared host, and within
 one process both see the same state of the host. That holds both
 generations' tables in memory at once (with Adagrad at 5M rows, about
 21 GB); `--processes` runs each measurement in a child process of its own
@@ -29,14 +29,42 @@ import subprocess
 import sys
 import tempfile
 
+import numpy as np
+
 from benchmarks import timing
 from benchmarks import workload as workload_lib
 
 STACKS = {"mid": ("tfemb-emb", "tfemb-emb-v2"), "keras": ("tfemb", "tfemb-v2")}
 
 
+def alternate(built, rounds: int, calls: int):
+  """Rounds of alternating blocks: `built` is `{name: (step, tensors,
+  steps per call)}`, already warmed up; each round times `calls` calls of
+  each, in the given order on even rounds and reversed on odd ones, and
+  yields `{name: median ms per step}` (both see the same minutes of the
+  machine)."""
+  names = list(built)
+  for r in range(rounds):
+    medians = {}
+    for name in (names if r % 2 == 0 else names[::-1]):
+      step, tensors, per_call = built[name]
+      times = timing.time_steps(step, tensors, calls, start=r)
+      medians[name] = float(np.median(times)) * 1e3 / per_call
+    yield medians
+
+
+def ratio_of_rounds(rounds, base: str, other: str) -> dict:
+  """`other / base` over rounds of `alternate`: the median of the rounds'
+  ratios, its quartiles, and each one's median ms per step."""
+  ratios = [m[other] / m[base] for m in rounds]
+  return {"base_ms": float(np.median([m[base] for m in rounds])),
+          "other_ms": float(np.median([m[other] for m in rounds])),
+          "ratio": float(np.median(ratios)),
+          "quartiles": [float(np.quantile(ratios, q)) for q in (.25, .75)]}
+
+
 def parse_args(argv=None, doc=__doc__, api="mid"):
-  """The arguments of this tool, and of `benchmarks.lab.ops_path` (`doc`)."""
+  """The arguments of this tool, and of `experiments.ops_path` (`doc`)."""
   p = argparse.ArgumentParser(description=doc.splitlines()[0])
   p.add_argument("--api", choices=sorted(STACKS), default=api)
   p.add_argument("--optimizer", default="adagrad",
@@ -66,7 +94,7 @@ def _inline(args, stacks):
     step, tensors, per_call = child.build(BY_NAME[name], work, batches)
     timing.time_steps(step, tensors, 10)  # trace and warm up
     built[name] = (step, tensors, per_call)
-  yield from timing.alternate(built, args.rounds, args.calls)
+  yield from alternate(built, args.rounds, args.calls)
 
 
 def _in_processes(args, runs):
@@ -107,7 +135,7 @@ def main(argv=None):
     v1, v2 = medians[stacks[0]], medians[stacks[1]]
     print(f"round {r + 1}: V1 {v1:.3f} ms, V2 {v2:.3f} ms, V2 / V1 "
           f"{v2 / v1:.3f}", flush=True)
-  result = timing.ratio_of_rounds(rounds, stacks[0], stacks[1])
+  result = ratio_of_rounds(rounds, stacks[0], stacks[1])
   v1, v2, ratio = result["base_ms"], result["other_ms"], result["ratio"]
   print(f"{args.api} API, {args.optimizer}, {args.vocab:,} rows per table: "
         f"V1 {v1:.3f} ms, V2 {v2:.3f} ms per step, V2 / V1 = {ratio:.3f} "

@@ -1,4 +1,4 @@
-"""benchmarks/lab/layout.py's step: the order of lookups and updates
+"""experiments/layout.py's step: the order of lookups and updates
 (`--order`), and the same numbers in both orders."""
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import tfemb
-from benchmarks.lab import layout
+from experiments import layout
 
 VOCAB, DIM, LR = 20, 4, 0.5
 IDS = [[[1, 3, 1, 7], [0, 0, 5, 2], [9, 4, 4, 4]],

@@ -1,9 +1,9 @@
 """The host engine's TensorFlow-ops path beside its fused kernels.
 
-    python -m benchmarks.lab.ops_path --optimizer adagrad --vocab 100000
-    TF_USE_LEGACY_KERAS=1 python -m benchmarks.lab.ops_path --optimizer sgd
-    python -m benchmarks.lab.ops_path --api mid --optimizer adam
-    python -m benchmarks.lab.ops_path --optimizer adagrad --vocab 5000000 \
+    python -m experiments.ops_path --optimizer adagrad --vocab 100000
+    TF_USE_LEGACY_KERAS=1 python -m experiments.ops_path --optimizer sgd
+    python -m experiments.ops_path --api mid --optimizer adam
+    python -m experiments.ops_path --optimizer adagrad --vocab 5000000 \
         --processes --rounds 5
 
 The suite's workload trained twice: by an engine built under
@@ -14,7 +14,7 @@ the Keras layer's whole training step (stack `tfemb`, the suite's
 `tf.function` step); `--api mid` the embedding part alone through the
 mid-level API (`tfemb-emb`).
 
-As `benchmarks.lab.v2_ab`: both built in one process and timed in alternating
+As `experiments.v2_ab`: both built in one process and timed in alternating
 blocks of calls, and the result is the median over the rounds of
 ops / fused; `--processes` runs each measurement in a child process of
 its own (`TFEMB_FUSED_KERNELS=0` for the ops path), for tables too big to
@@ -25,7 +25,7 @@ import json
 
 from benchmarks import timing
 from benchmarks import workload as workload_lib
-from benchmarks.lab import v2_ab
+from experiments import v2_ab
 
 STACKS = {"mid": "tfemb-emb", "keras": "tfemb"}
 ENGINES = ("fused", "ops")
@@ -57,7 +57,7 @@ def _inline(args, stack):
     built[engine] = (step, tensors, per_call)
     print(f"{engine}: {ops_per_step(step, tensors, per_call):.0f} ops per "
           f"step ({work.features} tables)", flush=True)
-  yield from timing.alternate(built, args.rounds, args.calls)
+  yield from v2_ab.alternate(built, args.rounds, args.calls)
 
 
 def main(argv=None):
@@ -75,7 +75,7 @@ def main(argv=None):
     print(f"round {r + 1}: fused {medians['fused']:.3f} ms, ops "
           f"{medians['ops']:.3f} ms, ops / fused "
           f"{medians['ops'] / medians['fused']:.3f}", flush=True)
-  result = timing.ratio_of_rounds(rounds, "fused", "ops")
+  result = v2_ab.ratio_of_rounds(rounds, "fused", "ops")
   print(f"{args.api} API, {args.optimizer}, {args.vocab:,} rows per table: "
         f"fused {result['base_ms']:.3f} ms, ops {result['other_ms']:.3f} ms "
         f"per step, ops / fused = {result['ratio']:.3f} (median of "

@@ -1,8 +1,8 @@
 """The embedding step with the slots beside the parameters, or apart.
 
-    python -m benchmarks.lab.layout                       # Adam, 100k and 5M
-    python -m benchmarks.lab.layout --optimizer adagrad --sizes 5000000
-    python -m benchmarks.lab.layout --order lookups-first \
+    python -m experiments.layout                       # Adam, 100k and 5M
+    python -m experiments.layout --optimizer adagrad --sizes 5000000
+    python -m experiments.layout --order lookups-first \
         --sizes 1000000 5000000
 
 Times the suite's embedding-only step (its 8 tables and Zipf batches, 8
@@ -24,8 +24,7 @@ stand-in gradient: the part of a training step that the layout changes.
 
 `--order` is when a table's update comes:
 
-  per-table      right after that table's own lookup (the default, as the
-                 runs recorded in benchmarks/README.md were made)
+  per-table      right after that table's own lookup (the default)
   lookups-first  after the lookups of all 8 tables, as in a training step,
                  where a table's gradient needs the whole forward and
                  backward pass: the rows a lookup touched are no longer in
@@ -74,10 +73,10 @@ def make_steps(tables, variables, batches, names, lr, row_width: int,
   With `order` "per-table" each table is updated right after its own
   lookup; with "lookups-first" every update of a batch waits for every
   lookup of it (through the sum of one value of each). `library`: another
-  build of the kernels (benchmarks/lab/kernel_ab.py); by default tfemb's.
+  build of the kernels (experiments/kernel_ab.py); by default tfemb's.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from benchmarks.lab import kernel_calls  # pylint: disable=g-import-not-at-top
+  from experiments import kernel_calls  # pylint: disable=g-import-not-at-top
 
   library = library or kernel_calls.default_library()
 
@@ -163,7 +162,7 @@ def _parent(args):
     medians = {k: [] for k in LAYOUTS}
     for r in range(args.rounds):
       for layout in (LAYOUTS if r % 2 == 0 else LAYOUTS[::-1]):
-        result = runner.result("benchmarks.lab.layout", [
+        result = runner.result("experiments.layout", [
             "--layout", layout, "--sizes", str(size), "--optimizer",
             args.optimizer, "--calls", str(args.calls), "--order",
             args.order], f"{layout} at {size}")

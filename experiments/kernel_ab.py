@@ -1,15 +1,15 @@
 """Two builds of tfemb's kernels timed side by side in one process.
 
-    python -m benchmarks.lab.kernel_ab --base HEAD~1 --optimizer sgd \
+    python -m experiments.kernel_ab --base HEAD~1 --optimizer sgd \
         --vocab 5000000
-    python -m benchmarks.lab.kernel_ab --base 90a2bc6 --optimizer adam \
+    python -m experiments.kernel_ab --base 90a2bc6 --optimizer adam \
         --vocab 100000
-    python -m benchmarks.lab.kernel_ab --base HEAD --base-march x86-64 \
+    python -m experiments.kernel_ab --base HEAD --base-march x86-64 \
         --optimizer adam
 
 A kernel change worth 5-10% of the embedding step is smaller than what this
 shared host's neighbours do to the same step from one minute to the next
-(benchmarks/README.md), so processes timed one after another cannot show
+(docs/performance.md, 'Method'), so processes timed one after another cannot show
 it. This compiles `tfemb/kernels/` as of git revision `--base` under other
 op names (`TfembBase...`, namespace `tfemb_base`), with the rule table that
 revision generates from its optimizers' declarations (where it has one),
@@ -18,11 +18,11 @@ step with either on the same tables, in alternating blocks (base then
 current, then current then base, ...): the machine's minutes fall on both
 alike.
 
-The step is `benchmarks.lab.layout`'s in the training order (`--order
+The step is `experiments.layout`'s in the training order (`--order
 lookups-first`): per batch of the workload, the 8 tables' lookups, then
 their row-gradient sums and updates, with a fixed stand-in gradient, tables
 in tfemb's default layout (the slots beside the parameters), both builds'
-ops called directly (`benchmarks.lab.kernel_calls`). Before timing, both
+ops called directly (`experiments.kernel_calls`). Before timing, both
 builds look up and update copies of the same small random tables: the
 lookups' outputs and the tables must agree (to 1e-6; whether bit for bit is
 printed), or the tool stops.
@@ -45,8 +45,8 @@ import time
 import numpy as np
 
 from benchmarks import workload as workload_lib
-from benchmarks.lab import kernel_calls
-from benchmarks.lab import layout
+from experiments import kernel_calls
+from experiments import layout
 from benchmarks.stacks import REPO
 
 KERNEL_DIR = "tfemb/kernels"
@@ -189,7 +189,7 @@ def _setup(vocab, optimizer, random_tables):
 
 
 def _steps(work, tables, variables, batches, width, library):
-  """`benchmarks.lab.layout`'s embedding step in the training order."""
+  """`experiments.layout`'s embedding step in the training order."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   return layout.make_steps(
