@@ -124,7 +124,7 @@ def test_an_update_per_shard_equals_the_update_of_one_table(dim, optimizer):
   """tfemb/host/sharded.py's update of a ShardedVariable (3 uneven shards,
   here in one process) writes exactly the rows and slots of the update of
   one unsharded table: rows 32 floats wide alone per shard, rows of 4
-  among the step's rows (TensorFlow's `rsqrt` rounds the elements of a
+  among the step's rows (TensorFlow's kernels may round the elements of a
   last, partial SIMD register differently)."""
   opt = {"adagrad": tfemb.Adagrad(0.3), "adam": tfemb.Adam(0.05)}[optimizer]
   table = tfemb.TableConfig(10, dim, name="t", optimizer=opt)

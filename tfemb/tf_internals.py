@@ -17,6 +17,8 @@ versions tested are those of tfemb/tf_versions.py).
 import contextlib
 from typing import Any, Dict
 
+from tensorflow.core.framework import attr_value_pb2
+
 # pylint: disable=protected-access
 
 # --- object tracking --------------------------------------------------------
@@ -47,6 +49,17 @@ def deferred_dependencies(owner) -> Dict[str, Any]:
 
 
 # --- distribution -----------------------------------------------------------
+
+
+@contextlib.contextmanager
+def kept_by_grappler(graph):
+  """The ops `graph` makes here are ones TensorFlow's graph optimizer
+  (Grappler) must keep as written (its `_grappler_do_not_remove`
+  attribute): no reordering of sums and products, no `a / sqrt(b)` made
+  `a * rsqrt(b)`."""
+  keep = {"_grappler_do_not_remove": attr_value_pb2.AttrValue(b=True)}
+  with graph._attr_scope(keep):  # pylint: disable=protected-access
+    yield
 
 
 def is_parameter_server_strategy(strategy) -> bool:

@@ -15,6 +15,12 @@ constants the fused kernels' C++ row rule reads, computed as the rule
 computes them (in double, rounded once to float32 as the attribute the
 kernel gets, as the rule's tensors round them).
 
+A rule and its C++ row rule do the same float32 operations in the same
+order, so TensorFlow's ops give the kernels' bits (docs/numerics.md,
+'Precision'): `1 / sqrt(x)` is `_reciprocal_sqrt` (not the approximate
+`tf.math.rsqrt`), a division is `_divide`, `x^p` is `_pow`, and `apply`
+keeps TensorFlow's graph optimizer from reordering the operations.
+
 Adding an optimizer takes:
 
   1. its declaration: the parameter class (`tfemb/optimizers/parameters.py`,
@@ -30,15 +36,74 @@ Adding an optimizer takes:
      training, kernel, width, layout and mirrored tests run.
 """
 
-from typing import Callable, Dict, List, Tuple
+import contextlib
+import math
+from typing import Callable, Dict, Iterator, List, Tuple
 
 import numpy as np
 import tensorflow as tf
 
+from tfemb import tf_internals
 from tfemb import validation
 
 Slots = Dict[str, tf.Tensor]
 Rule = Callable[..., Tuple[tf.Tensor, Slots]]
+
+
+def _float32(x: float) -> float:
+  """`x` rounded to float32, as the kernels' attribute holds it."""
+  return float(np.float32(x))
+
+
+def _divide(x, y):
+  """`x / y`, correctly rounded, also inside a `tf.function`, where
+  Grappler (TensorFlow's graph optimizer) turns `x / c` for a constant `c`
+  into `x * (1 / c)` and `1 / y` into the approximate `tf.math.reciprocal`,
+  but leaves `divide_no_nan` alone. Its 0 for `y == 0` is never used: the
+  rules divide by a learning rate checked > 0 (`divides_by_learning_rate`)
+  or guard a zero themselves."""
+  return tf.math.divide_no_nan(x, y)
+
+
+def _reciprocal_sqrt(x):
+  """`1 / sqrt(x)` as the kernels' `1.0f / std::sqrt(x)`: two correctly
+  rounded operations (`+inf` for `x == 0`)."""
+  root = tf.sqrt(x)
+  return tf.where(root == 0, math.inf, _divide(1.0, root))
+
+
+def _pow(x, p: float):
+  """`x^p` for the kernels' `std::pow(x, p)` (glibc's `powf`), `p` rounded
+  to float32 as their attribute: in float64, rounded once to float32, so
+  about 1 power in 1600 is 1 ulp away from `powf`, which is not correctly
+  rounded (docs/numerics.md, 'Precision'). An integer `p` takes `tf.pow`,
+  exact where `x^p` is halfway between two floats, as `powf`; any other
+  `exp(p * log(x))`, faster and as close (or `rsqrt`, faster still)."""
+  p = _float32(p)
+  x = tf.cast(x, tf.float64)
+  if p == -0.5:  # AdagradMomentum's default exponent, 2
+    power = tf.math.rsqrt(x)
+  elif p == int(p):
+    power = tf.pow(x, p)
+  else:
+    power = tf.exp(p * tf.math.log(x))
+  return tf.cast(power, tf.float32)
+
+
+@contextlib.contextmanager
+def _as_written() -> Iterator[None]:
+  """Inside a `tf.function`, the ops made here run as written: Grappler
+  reorders sums and products whose operands have different shapes
+  (`(x + c1) + c2` into `x + (c1 + c2)`, `c * (x * y)` into
+  `(c * x) * y`) and turns `a / sqrt(b)` into `a * rsqrt(b)`, but not in
+  the nodes it must preserve (the `_grappler_do_not_remove` attribute).
+  It still adds `tf.square(x)` beside a kept `x * x`: the rules write
+  the square."""
+  if tf.executing_eagerly():
+    yield
+    return
+  with tf_internals.kept_by_grappler(tf.compat.v1.get_default_graph()):
+    yield
 
 
 def _clip(x, lower, upper):
@@ -59,7 +124,7 @@ def clip_weights(opt, w):
 
 def decay_weights(opt, new_w, old_w, lr):
   """`w -= d * w_old`, `d` multiplied by `lr` if the optimizer asks for it."""
-  if not opt.weight_decay_factor:
+  if not _float32(opt.weight_decay_factor or 0.0):
     return new_w
   d = tf.constant(opt.weight_decay_factor, tf.float32)
   if opt.multiply_weight_decay_factor_by_learning_rate:
@@ -79,17 +144,17 @@ def sgd(opt, w, g, slots, lr):
 
 def adagrad(opt, w, g, slots, lr):
   del opt
-  a = slots["accumulators"] + g * g
-  return w - lr * g * tf.math.rsqrt(a), {"accumulators": a}
+  a = slots["accumulators"] + tf.square(g)
+  return w - lr * g * _reciprocal_sqrt(a), {"accumulators": a}
 
 
 def adagrad_momentum(opt, w, g, slots, lr):
   a = slots["accumulators"]
-  if opt.beta2 == 1:
-    a = a + g * g
+  if _float32(opt.beta2) == 1:
+    a = a + tf.square(g)
   else:
     a = opt.beta2 * a + (1 - opt.beta2) * g * g
-  scaled = g * tf.pow(a + opt.epsilon, -1.0 / opt.exponent)
+  scaled = g * _pow(a + opt.epsilon, -1.0 / opt.exponent)
   m = opt.momentum * slots["momenta"] + scaled
   step = opt.momentum * m + scaled if opt.use_nesterov else m
   return w - lr * step, {"accumulators": a, "momenta": m}
@@ -107,7 +172,7 @@ def adam(opt, w, g, slots, lr):
   m = b1 * slots["momenta"] + (1 - b1) * g
   v = b2 * slots["velocities"] + (1 - b2) * g * g
   if opt.sum_inside_sqrt:
-    step = m * tf.math.rsqrt(v + eps * eps)
+    step = m * _reciprocal_sqrt(v + eps * eps)
   else:
     step = m / (tf.sqrt(v) + eps)
   return w - lr * step, {"momenta": m, "velocities": v}
@@ -126,21 +191,21 @@ def ftrl(opt, w, g, slots, lr):
   l1 = opt.l1_regularization_strength
   l2 = opt.l2_regularization_strength
   accum = slots["accumulators"]
-  new_accum = accum + g * g
-  if power == 0.5:
-    sigma = tf.sqrt(new_accum) - tf.sqrt(accum)
+  new_accum = accum + tf.square(g)
+  if _float32(power) == 0.5:
     new_accum_pow = tf.sqrt(new_accum)
+    sigma = new_accum_pow - tf.sqrt(accum)
   else:
-    new_accum_pow = tf.pow(new_accum, power)
-    sigma = new_accum_pow - tf.pow(accum, power)
+    new_accum_pow = _pow(new_accum, power)
+    sigma = new_accum_pow - _pow(accum, power)
   if opt.multiply_linear_by_learning_rate:
     linear = slots["linears"] + g * lr - sigma * w
     l1_limit = l1 * lr
     quadratic = new_accum_pow + 2 * l2 * lr + opt.beta
   else:
-    linear = slots["linears"] + g - sigma / lr * w
+    linear = slots["linears"] + g - _divide(sigma, lr) * w
     l1_limit = l1
-    quadratic = new_accum_pow / lr + 2 * l2 + opt.beta / lr
+    quadratic = _divide(new_accum_pow, lr) + 2 * l2 + _divide(opt.beta, lr)
   shrunk = _clip(linear, -l1_limit, l1_limit) - linear
   new_w = tf.where(tf.abs(linear) > l1_limit,
                    shrunk / tf.where(quadratic == 0, 1.0, quadratic),
@@ -204,8 +269,11 @@ def checked_rate(rate, what: str, positive: bool = False
 def apply(rule: Rule, opt, w, g, slots: Slots,
           lr) -> Tuple[tf.Tensor, Slots]:
   """Runs the whole pipeline around `rule`, the optimizer's
-  (`tfemb.optimizers.identify(opt).rule`): clip g, rule, decay, clip w."""
-  g = clip_gradient(opt, g)
-  new_w, new_slots = rule(opt, w, g, slots, lr)
-  new_w = decay_weights(opt, new_w, w, lr)
-  return clip_weights(opt, new_w), new_slots
+  (`tfemb.optimizers.identify(opt).rule`): clip g, rule, decay, clip w.
+  The same operations as the fused kernels, in the same order, also in a
+  `tf.function` (`_as_written`)."""
+  with _as_written():
+    g = clip_gradient(opt, g)
+    new_w, new_slots = rule(opt, w, g, slots, lr)
+    new_w = decay_weights(opt, new_w, w, lr)
+    return clip_weights(opt, new_w), new_slots

@@ -121,12 +121,14 @@ _LANES = 16
 def _new_rows(table, opt, shard, local, grads, positions, count, lr):
   """`sparse_update.new_rows` of one shard's rows, with the same numbers.
 
-  TensorFlow's CPU kernels round an element differently when it falls in
-  a tensor's last, partial SIMD register (e.g. `rsqrt` there is not
-  vectorized). With rows a whole number of registers wide, no element
-  does. Otherwise the shard's rows are computed at their places in a
-  tensor of all the step's `count` rows (the others zero, then dropped),
-  as they are in one process."""
+  TensorFlow's CPU kernels may round an element differently when it falls
+  in a tensor's last, partial SIMD register (e.g. `exp` and `log` there
+  are the C library's, not Eigen's: the float64 power of
+  `update_rules._pow` can differ in its last bit, and, rarely, in the
+  float32 it rounds to). With rows a whole number of registers wide, no
+  element does. Otherwise the shard's rows are computed at their places
+  in a tensor of all the step's `count` rows (the others zero, then
+  dropped), as they are in one process."""
   names = slot_names(table)
   whole = all(v.shape.rank == 2 and v.shape[1] % _LANES == 0
               for v in shard.values())

@@ -29,7 +29,7 @@
 //
 // The update's arithmetic follows tfemb/update_rules.py operation by
 // operation (the same float32 constants, the same order), so both paths give
-// the same numbers up to the rounding of sqrt/rsqrt/pow.
+// the same bits, up to the rounding of pow (docs/numerics.md, 'Precision').
 
 #define EIGEN_USE_THREADS
 
