@@ -16,13 +16,16 @@ Which engine a construction gives depends on the current strategy
   returns the function that applies its gradients.
 """
 
-from typing import Optional
+from typing import Any, Optional
 
 import tensorflow as tf
+from tensorflow.python.trackable import data_structures
 
 from tfemb import replicas
 from tfemb import shapes
 from tfemb.host import HostEmbedding
+from tfemb.host import protocol
+from tfemb.host.engine import TPU_PROTOCOL
 from tfemb.tpu import config_proto
 from tfemb.tpu import delegate
 
@@ -57,6 +60,13 @@ class TPUEmbedding(HostEmbedding):
   docstring).
   """
 
+  def __init__(self, feature_config: Any, optimizer: Optional[Any],
+               pipeline_execution_with_tensor_core: bool = False):
+    super().__init__(feature_config, optimizer,
+                     pipeline_execution_with_tensor_core)
+    # What waits between enqueue, dequeue and apply_gradients.
+    self._queue = data_structures.NoDependency(protocol.Queue())
+
   @_no_autograph
   def enqueue(self, features, weights=None, training: bool = True,
               name: Optional[str] = None, device: Optional[str] = None):
@@ -73,7 +83,7 @@ class TPUEmbedding(HostEmbedding):
       # `experimental_distribute_values_from_function`).
       index = replicas.index_of_device(device, self._core.strategy)
       with tf.device(device):
-        batches = {index: self._prepare(features, weights, tpu_rules=True)}
+        batches = {index: self._prepare(features, weights, TPU_PROTOCOL)}
     elif replicas.is_distributed(features):
       # Outside strategy.run, with a distributed batch: one per replica.
       local = replicas.split((features, weights), self._core.strategy)
@@ -81,10 +91,10 @@ class TPUEmbedding(HostEmbedding):
       batches = {}
       for i, (device, (f, w)) in enumerate(zip(devices, local)):
         with tf.device(device):
-          batches[i] = self._prepare(f, w, tpu_rules=True)
+          batches[i] = self._prepare(f, w, TPU_PROTOCOL)
     else:
       batches = {replicas.local_index(): self._prepare(features, weights,
-                                                       tpu_rules=True)}
+                                                       TPU_PROTOCOL)}
     self._queue.put({i: (batch, bool(training))
                      for i, batch in batches.items()})
 
@@ -102,7 +112,7 @@ class TPUEmbedding(HostEmbedding):
                          "the build method.")
     index = replicas.local_index()
     batch, training = self._queue.take(index)
-    activations, backward = self._forward(batch)
+    activations, backward = self._forward(*batch)
     if training:
       self._queue.hold(index, backward)
     return activations

@@ -37,6 +37,10 @@ class Resolved(NamedTuple):
   table_index: List[int]  # per feature: its table's index
   tables: List[Any]  # resolved copies: named, with an optimizer (or None)
   user_tables: List[Any]  # the user's TableConfigs, as given
+  # Per table: the stack whose optimizer (and learning rate) it shares, as
+  # the SparseCore stacks tables (`tfemb.sparsecore.trained_config`); None:
+  # every table its own.
+  stacks: Optional[List[str]] = None
 
   def table_of(self, user_table) -> Any:
     """The resolved copy of one of the user's `TableConfig`s."""

@@ -261,8 +261,12 @@ class EngineCore:
 
   def fix_shapes(self, incoming) -> None:
     """Fixes the output shapes `incoming` gives (`tfemb.shapes.fix`)."""
-    self.output_shapes = shapes.fix(self.config.paths, self.output_shapes,
-                                    incoming)
+    self.output_shapes = self.shapes_with(incoming)
+
+  def shapes_with(self, incoming) -> List[Any]:
+    """The output shapes fixed so far, with those `incoming` gives
+    (`tfemb.shapes.fix`); nothing is stored."""
+    return shapes.fix(self.config.paths, self.output_shapes, incoming)
 
   def gather(self, feature_ids: Sequence[int], lookups) -> step.Batch:
     """The batch's lookups of `feature_ids`, each table's ids once."""

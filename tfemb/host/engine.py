@@ -9,13 +9,15 @@ names), each table's path (the fused CPU kernels or TensorFlow's ops), the
 non-finite policy and the one build. What is its own here: TensorFlow's
 `build` arguments and attributes, the tables by `TableConfig`, the
 parameter servers' partitioner, direct lookups, and `forward`, the batch's
-activations with the function that applies its gradients (`protocol.Queue`
-holds it between `enqueue`, `dequeue` and `apply_gradients`).
+activations with the function that applies its gradients (the TPU
+protocol, `tfemb.mid_level`, holds it between `dequeue` and
+`apply_gradients`).
 
 No tensor of a table's size is built in a step (non-lazy Adam excepted, as
 on the TPU).
 """
 
+import dataclasses
 from typing import Any, Optional
 
 import tensorflow as tf
@@ -29,12 +31,43 @@ from tfemb import resolution
 from tfemb import shapes
 from tfemb.host import core
 from tfemb.host import feeding
-from tfemb.host import protocol
 from tfemb.host import step
 from tfemb.host import tables as table_paths
 from tfemb.host import variables as variables_lib
 
 _no_autograph = tf.autograph.experimental.do_not_convert
+
+
+@dataclasses.dataclass(frozen=True)
+class InputRules:
+  """How `HostEmbedding.forward` reads a batch's inputs and shapes its
+  activations.
+
+  Attributes:
+    tpu: the TPU protocol's `enqueue`: the inputs' own shapes are checked
+      against the shapes fixed by the FeatureConfigs, `build` or the first
+      enqueue, which then shape the activations, and they must be fully
+      known (a batch dimension of None, e.g. `Dataset.batch` without
+      `drop_remainder=True`, is refused here as it would be on a TPU).
+    serving_fallback: an input the TPU's rules refuse but TensorFlow's
+      serving class takes (`inputs.serving_only`) follows the serving
+      class's rules and shapes, as in tensorflow-recommenders' layer off
+      the TPU.
+    fixes_shapes: the batch's shapes hold for later batches too (else for
+      this batch only: the Keras layer's, where only `batch_size` or a
+      FeatureConfig's `output_shape` fix them).
+  """
+  tpu: bool = False
+  serving_fallback: bool = False
+  fixes_shapes: bool = True
+
+
+TRAINING = InputRules()  # a batch looked up for training, as it comes
+TPU_PROTOCOL = InputRules(tpu=True)  # `enqueue`'s
+# The Keras layer off the TPU, as tensorflow-recommenders' layer there: any
+# batch size in any call (a fit with one, a predict with another), and what
+# only the serving class takes with its shapes.
+KERAS_LAYER = InputRules(serving_fallback=True, fixes_shapes=False)
 
 
 class HostEmbedding(core.Engine):
@@ -74,7 +107,6 @@ class HostEmbedding(core.Engine):
         pipeline_execution_with_tensor_core)
     self._core = data_structures.NoDependency(core.EngineCore(config))
     self._table_config = config.tables  # as TensorFlow's attribute
-    self._queue = data_structures.NoDependency(protocol.Queue())
 
   # --- tables -------------------------------------------------------------
 
@@ -215,8 +247,8 @@ class HostEmbedding(core.Engine):
   # --- training -------------------------------------------------------------
 
   @_no_autograph
-  def forward(self, features, weights=None, serving_fallback=False,
-              call_shapes_only=False):
+  def forward(self, features, weights=None,
+              rules: "InputRules" = None):
     """Looks up a training batch; returns `(activations, backward)`.
 
     `activations` has the structure of `feature_config` and TF's output
@@ -225,38 +257,21 @@ class HostEmbedding(core.Engine):
     it may be called once. `backward(gradients, loss_scaled=True)` skips a
     step whose gradients are not finite, writing nothing, whatever
     `non_finite_gradients` says (Keras' loss scaling: `step.apply`).
-    Nothing is stored on the object, so the Keras
-    layer can look up several batches in one step. `serving_fallback`: an
-    input the TPU's rules refuse but TensorFlow's serving class takes
-    (`inputs.serving_only`) follows the serving class's rules and shapes,
-    as in tensorflow-recommenders' layer off the TPU. `call_shapes_only`:
-    the output shapes this batch fixes hold for this call only (the Keras
-    layer's, where only `batch_size` or a FeatureConfig's `output_shape`
-    fix them).
+    Nothing is stored on the object, so the Keras layer can look up several
+    batches in one step. `rules`: how the inputs are read and shaped
+    (default `TRAINING`; the Keras layer's are `KERAS_LAYER`).
     """
-    fixed = self._core.output_shapes
-    try:
-      return self._forward(self._prepare(features, weights,
-                                         serving_fallback=serving_fallback))
-    finally:
-      if call_shapes_only:
-        self._core.output_shapes = fixed
+    batch, output_shapes = self._prepare(features, weights, rules or TRAINING)
+    return self._forward(batch, output_shapes)
 
-  def _prepare(self, features, weights, tpu_rules=False,
-               serving_fallback=False) -> step.Batch:
-    """Checks the inputs (building on first use) and looks the ids up.
-
-    With `tpu_rules` (the TPU protocol's `enqueue`), the shapes follow the
-    TPU engine: the inputs' own shapes are checked against the shapes fixed
-    by the FeatureConfigs, `build` or the first enqueue, which then shape
-    the activations, and they must be fully known: a batch dimension of
-    None (e.g. `Dataset.batch` without `drop_remainder=True`) is refused
-    here as it would be on a TPU.
-    """
+  def _prepare(self, features, weights, rules: "InputRules"):
+    """Checks the inputs (building on first use) and looks the ids up;
+    returns the batch and the output shapes of its activations (fixed for
+    later batches too where `rules.fixes_shapes`)."""
     config = self._core.config
     feature_ids, flat, flat_weights = feeding.flat_inputs(config, features,
                                                           weights, False)
-    if tpu_rules:
+    if rules.tpu:
       for path, x in zip(config.paths, flat):  # before any shape is fixed
         error = inputs.input_shape_error(path, x)
         if error:
@@ -264,7 +279,7 @@ class HostEmbedding(core.Engine):
       incoming = [shapes.from_enqueued(x, f)
                   for x, f in zip(flat, config.features)]
     else:
-      serving = [serving_fallback and
+      serving = [rules.serving_fallback and
                  inputs.serving_only(x.shape, shapes.kind_of(x))
                  for x in flat]
       lookups = feeding.lookups(config, feature_ids, flat, flat_weights,
@@ -272,18 +287,19 @@ class HostEmbedding(core.Engine):
       incoming = [shapes.of_input(x, f, s)
                   for x, f, s in zip(flat, config.features, serving)]
     self._maybe_build()
-    self._core.fix_shapes(incoming)
-    if tpu_rules:
-      shapes.check_fully_defined(config.paths, self._core.output_shapes)
+    output_shapes = self._core.shapes_with(incoming)
+    if rules.fixes_shapes:
+      self._core.output_shapes = output_shapes
+    if rules.tpu:
+      shapes.check_fully_defined(config.paths, output_shapes)
       lookups = feeding.lookups(config, feature_ids, flat, flat_weights,
-                                False, list(self._core.output_shapes))
-    return self._core.gather(feature_ids, lookups)
+                                False, list(output_shapes))
+    return self._core.gather(feature_ids, lookups), output_shapes
 
-  def _forward(self, batch: step.Batch):
+  def _forward(self, batch: step.Batch, output_shapes):
     config = self._core.config
     feature_ids = list(range(len(config.features)))
-    flat = self._core.activations(batch, feature_ids,
-                                  self._core.output_shapes)
+    flat = self._core.activations(batch, feature_ids, output_shapes)
     applied = []
 
     def backward(gradients, loss_scaled=False):
@@ -291,8 +307,9 @@ class HostEmbedding(core.Engine):
         raise RuntimeError(
             "apply_gradients was already called for this batch: call it once "
             "per enqueue.")
-      self._core.apply(batch, self._core.check_gradients(gradients),
-                       loss_scaled=loss_scaled)
+      self._core.apply(
+          batch, step.check_gradients(config, output_shapes, gradients),
+          loss_scaled=loss_scaled)
       applied.append(True)  # a refused step wrote nothing: not used up
 
     return nest.pack_sequence_as(config.structure, flat), backward

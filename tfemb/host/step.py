@@ -152,6 +152,16 @@ def _entry_gradients(config, table_batch, batch: Batch, flat_grads):
   return entry_grads, checks
 
 
+class _TableUpdate(NamedTuple):
+  """One table's share of a step's update, before the lock."""
+  index: int  # the table's, in the step's configuration
+  path: TablePath
+  batch: Any  # the table's batch on its path
+  ids: Any  # the distinct ids (the global batch's under several replicas)
+  grads: Any  # their summed gradients
+  staged: Any  # what the path sent ahead of the lock (`TablePath.stage`)
+
+
 def apply(config: resolution.Resolved, batch: Batch, flat_grads,
           policy: "NonFinitePolicy", more: Sequence[Update] = (),
           loss_scaled: bool = False) -> None:
@@ -168,10 +178,25 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
   one object lose no update.
   """
   raising = policy.raising and not loss_scaled
-  checks = list(batch.checks)
-  updates, finite = [], []
   multi_replica = replicas.in_multi_replica_step()
-  for path, table_batch in batch.tables.values():
+  updates, checks, finite = _row_updates(config, batch, flat_grads, raising,
+                                         multi_replica)
+  rates, rate_checks = _learning_rates(config, updates)
+  checks += rate_checks + [c for u in more for c in u.checks]
+  written = _commit(policy, updates, rates, more, checks, finite, raising,
+                    counted=not loss_scaled, global_batch=multi_replica)
+  _count_step(resolution.counting_learning_rates(config.tables), written,
+              raising)
+
+
+def _row_updates(config: resolution.Resolved, batch: Batch, flat_grads,
+                 raising: bool, multi_replica: bool):
+  """Per table, the distinct ids and their summed gradients (the global
+  batch's under several replicas, as the TPU sums them), staged on the
+  table's path; the checks the writes wait for, and per table whether its
+  gradient is finite."""
+  updates, checks, finite = [], list(batch.checks), []
+  for t, (path, table_batch) in batch.tables.items():
     sparse_update.optimizer_of(path.table)
     entry_grads, grad_checks = _entry_gradients(config, table_batch, batch,
                                                 flat_grads)
@@ -180,40 +205,51 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
     grads, table_finite = path.row_gradients(
         table_batch, entry_grads, raising and not multi_replica)
     ids = table_batch.unique_ids
-    if multi_replica:  # the global batch's gradient, as the TPU sums it
+    if multi_replica:
       ids, grads = replicas.sum_rows_across_replicas(ids, grads)
       grads, table_finite = table_paths.checked(path.table.name, grads,
                                                 raising)
     if raising:
       checks.append(grads)  # carries the table's non-finite check
     finite.append(table_finite)
-    updates.append((path, table_batch, ids, grads, path.stage(ids, grads)))
-  # Every learning rate (a callable is called here) before any write: one
-  # per table, and one per stack of tables laid out as on a SparseCore,
-  # which share the stack's optimizer.
-  rates, stack_rates = [], {}
-  for path, *_ in updates:
-    stack = getattr(path.table, "stacked_table_name", None)
-    if stack not in stack_rates:
-      lr, lr_checks = update_rules.checked_learning_rate(path.table)
+    updates.append(_TableUpdate(t, path, table_batch, ids, grads,
+                                path.stage(ids, grads)))
+  return updates, checks, finite
+
+
+def _learning_rates(config: resolution.Resolved,
+                    updates: Sequence[_TableUpdate]):
+  """Every table's learning rate (a callable is called here, before any
+  write) and its checks: one per table, and one per stack of tables laid
+  out as on a SparseCore, which share the stack's optimizer."""
+  rates, checks, by_stack = [], [], {}
+  for u in updates:
+    stack = config.stacks[u.index] if config.stacks else None
+    if stack is None or stack not in by_stack:
+      lr, lr_checks = update_rules.checked_learning_rate(u.path.table)
       checks += lr_checks
       if stack is not None:
-        stack_rates[stack] = lr
-    rates.append(stack_rates.get(stack, lr))
-  checks += [c for u in more for c in u.checks]
-  counting: List[optimizers.CountingLearningRate] = (
-      resolution.counting_learning_rates(config.tables))
+        by_stack[stack] = lr
+    rates.append(lr if stack is None else by_stack[stack])
+  return rates, checks
+
+
+def _commit(policy: "NonFinitePolicy", updates: Sequence[_TableUpdate],
+            rates, more: Sequence[Update], checks, finite, raising: bool,
+            counted: bool, global_batch: bool) -> tf.Tensor:
+  """Under the policy's lock, once every check has passed: each table's
+  (and `more`'s) new rows and slots, their finiteness, and the writes, all
+  or none. Returns whether the step was written."""
 
   def update():
     with tf.control_dependencies(checks):
-      pending = [path.prepare(table_batch, ids, grads, lr, multi_replica,
-                              staged)
-                 for (path, table_batch, ids, grads, staged), lr in zip(
-                     updates, rates)]
+      pending = [u.path.prepare(u.batch, u.ids, u.grads, lr, global_batch,
+                                u.staged)
+                 for u, lr in zip(updates, rates)]
       pending += [u.prepare() for u in more]
     value_checks = policy.checks(
         [p.finite for p in pending],
-        [u[0].table.name for u in updates] + [u.name for u in more]
+        [u.path.table.name for u in updates] + [u.name for u in more]
     ) if raising else []
 
     def write():
@@ -222,23 +258,30 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
       with tf.control_dependencies(writes):
         return tf.constant(True)
 
-    return policy.run(finite + [p.finite for p in pending], write,
-                      raising, counted=not loss_scaled)
+    return policy.run(finite + [p.finite for p in pending], write, raising,
+                      counted)
+
+  return policy.serialized(update)
+
+
+def _count_step(counting: Sequence[optimizers.CountingLearningRate],
+                written: tf.Tensor, raising: bool) -> None:
+  """The learning rates that count steps advance once the step is written.
+  Outside the lock: a rate's step counter may synchronize the replicas (a
+  mirrored variable), which must not wait while one of them holds it."""
+  if not counting:
+    return
 
   def advance():
     for rate in counting:
       rate.advance()
     return tf.constant(True)
 
-  # Outside the lock: a rate's step counter may synchronize the replicas
-  # (a mirrored variable), which must not wait while one of them holds it.
-  written = policy.serialized(update)
-  if counting:
-    with tf.control_dependencies([written]):
-      if raising:
-        advance()
-      else:
-        tf.cond(written, advance, lambda: tf.constant(False))
+  with tf.control_dependencies([written]):
+    if raising:
+      advance()
+    else:
+      tf.cond(written, advance, lambda: tf.constant(False))
 
 
 def created_by(fn) -> List[Any]:

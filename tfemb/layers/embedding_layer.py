@@ -10,7 +10,7 @@ touched rows. `evaluate` and `predict` compute no gradient and so never
 change a table.
 
 Created under a `TPUStrategy`, the layer hands its work to TensorFlow's TPU
-engine as tensorflow-recommenders' layer does (see `tfemb.layers.engines`):
+engine as tensorflow-recommenders' layer does (see `tfemb.layers.adapters`):
 `TPUEmbedding` (embedding hardware V1) and `TPUEmbeddingV2` (SparseCore) train
 the tables with the embedding optimizer behind the same gradient trap;
 `TPUEmbeddingV0` (no embedding hardware) applies no embedding optimizer: its
@@ -31,7 +31,7 @@ import tensorflow as tf
 from tfemb import inputs
 from tfemb import resolution
 from tfemb import shapes
-from tfemb.layers import engines
+from tfemb.layers import adapters
 from tfemb.layers import keras_optimizers
 from tfemb.layers import keras_versions
 from tfemb.layers import loss_scale
@@ -147,7 +147,7 @@ class TPUEmbedding(tf.keras.layers.Layer):
     self._sparse_core_embedding_config = sparse_core_embedding_config
     self._pipeline_execution_with_tensor_core = (
         pipeline_execution_with_tensor_core)
-    self._engine = engines.make_engine(
+    self._engine = adapters.make_adapter(
         self._on_tpu, self._feature_config, self._optimizer, self._table_config_map,
         self._creation_strategy, pipeline_execution_with_tensor_core,
         embedding_feature, sparse_core_embedding_config)
@@ -272,25 +272,22 @@ class TPUEmbedding(tf.keras.layers.Layer):
     """Following the SparseCore under a `SparseCoreEmbeddingConfig` with
     `allow_id_dropping`: the ids dropped so far, per stacked table
     (`tfemb.TPUEmbeddingV2.dropped_ids`); empty otherwise."""
-    return dict(getattr(self._tpu_embedding, "dropped_ids", None) or {})
+    return dict(self._engine.dropped_ids())
 
   @property
   def non_finite_gradients(self) -> str:
     """"raise" (default) or "skip": see `tfemb.TPUEmbedding`'s property of
     the same name. On the host path only (a TPU applies what it gets)."""
-    return getattr(self._tpu_embedding, "non_finite_gradients", "raise")
+    return self._engine.non_finite_gradients
 
   @non_finite_gradients.setter
   def non_finite_gradients(self, policy):
-    if not hasattr(self._tpu_embedding, "non_finite_gradients"):
-      raise ValueError("non_finite_gradients is a host (CPU/GPU) setting; "
-                       "TensorFlow's TPU engines have none.")
-    self._tpu_embedding.non_finite_gradients = policy
+    self._engine.non_finite_gradients = policy
 
   @property
   def skipped_steps(self) -> int:
     """Steps skipped for non-finite gradients (policy "skip")."""
-    return getattr(self._tpu_embedding, "skipped_steps", 0)
+    return self._engine.skipped_steps()
 
   # --- saving ---------------------------------------------------------------
 

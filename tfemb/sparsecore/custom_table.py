@@ -16,6 +16,7 @@ from tfemb import validation
 from tfemb.host import step
 from tfemb.host import tables as table_paths
 from tfemb.host.paths import Pending
+from tfemb.host.paths import TablePath
 from tfemb.host.variables import gather_rows
 
 
@@ -24,26 +25,35 @@ def value_now(x) -> tf.Tensor:
   return tf.cast(x() if callable(x) else x, tf.float32)
 
 
-class CustomTable(table_paths.OpsTable):
+class CustomTable(TablePath):
   """A table trained by a `CustomOptimizer`: its `custom_computation(
   gradient, embedding_table, slot_variables, learning_rate,
   hyperparameters)` on the rows the step touched, each slot's rows beside
   them (a 1-D slot: one value per row), the step's checked learning rate
   and the hyperparameters (callables are called once per step).
 
-  A `tfemb.host.paths.TablePath`: `OpsTable`'s lookup and row gradients,
-  and its own `prepare`. As every path's `prepare`, it computes under the
+  A `tfemb.host.paths.TablePath` over an `OpsTable`: its lookup and row
+  gradients, and its own `prepare` (and no staging: this `prepare`
+  computes where the step runs). As every path's `prepare`, it computes under the
   step's lock from the rows as they are now and writes nothing: the step
   writes the new rows and slots once every table's are computed and
   finite. In a graph, the check of their values waits for every op of the
   computation, so that a failing assert in it stops the step before any
   write."""
 
-  def stage(self, ids, grads) -> None:
-    # Not `OpsTable`'s routing to parameter servers: this `prepare`
-    # computes where the step runs and would leave the routed parts unused.
-    del ids, grads
-    return None
+  def __init__(self, table, variables, remap=None):
+    self.table = table
+    self.variables = variables
+    self._rows = table_paths.OpsTable(table, variables, remap)
+
+  def lookup(self, members):
+    return self._rows.lookup(members)
+
+  def feature_rows(self, batch):
+    return self._rows.feature_rows(batch)
+
+  def row_gradients(self, batch, entry_grads, raising):
+    return self._rows.row_gradients(batch, entry_grads, raising)
 
   def prepare(self, batch, ids, grads, lr, global_batch: bool,
               staged: None = None) -> Pending:

@@ -140,4 +140,4 @@ def stacked_config(config, stacking):
     features.append(own_feature)
   return stacked_tables, resolution.Resolved(
       config.structure, config.paths, features, config.table_index, tables,
-      tables)
+      tables, [t.stacked_table_name for t in tables])
