@@ -423,6 +423,28 @@ def test_v2_hands_the_preserved_outputs_back(monkeypatch, log):
   assert not calls(log, "enqueue") and not calls(log, "dequeue")
 
 
+@pytest.mark.parametrize("hardware", [EmbeddingFeature.V1,
+                                      EmbeddingFeature.V2])
+def test_under_loss_scaling_tensorflows_engine_gets_the_unscaled_gradient(
+    monkeypatch, log, hardware):
+  """Keras' loss scaling (mixed_float16) multiplies the loss by its scale;
+  the layer divides the gradient it hands TensorFlow's engine by it
+  (docs/keras_layer.md, "Mixed precision")."""
+  # Created first: tf_keras' refuses the stand-in strategy.
+  scaling = keras.mixed_precision.LossScaleOptimizer(
+      keras.optimizers.SGD(0.1), initial_scale=1024.0)
+  on_tpu(monkeypatch, hardware)
+  feature_config, optimizer = make_configs(output_shapes=True)
+  layer = tfemb.layers.TPUEmbedding(feature_config, optimizer)
+  scale_loss = scaling.scale_loss if KERAS_3 else scaling.get_scaled_loss
+  with tf.GradientTape() as tape:
+    loss = scale_loss(loss_of(layer(features())))
+  tape.gradient(loss, layer.trainable_weights)
+  (applied,) = calls(log, "apply_gradients")
+  gradients = applied[2] if hardware == EmbeddingFeature.V1 else applied[1]
+  assert_gradients(gradients, expected_gradients(), feature_config)
+
+
 def _dense_features():
   # TensorFlow's V0 looks dense ids up on the CPU; ragged/sparse inputs
   # need TPU outside compilation.
