@@ -24,8 +24,7 @@ class CountingLearningRate(abc.ABC):
   """A callable learning rate that counts training steps itself (the Keras
   layer's translation of a Keras optimizer's rate). The engines find them
   (`resolution.counting_learning_rates`) and call `advance()` after each
-  update of the tables; the Keras layer `bind`s them to a weight of its
-  own."""
+  update; the Keras layer `bind`s them to a weight of its own."""
 
   @abc.abstractmethod
   def __call__(self) -> Any:
@@ -37,8 +36,7 @@ class CountingLearningRate(abc.ABC):
 
   @abc.abstractmethod
   def bind(self, iterations) -> None:
-    """Counts the steps in `iterations` (an int64 variable the caller
-    saves, e.g. a Keras layer's weight) from now on."""
+    """Counts steps in `iterations`, an int64 variable the caller saves."""
 
 
 # Each class's declaration, by class (`declare`). Importing this module
