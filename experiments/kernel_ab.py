@@ -116,12 +116,15 @@ def _generated(revision: str, names):
 
 
 def base_sources(revision: str):
-  """{file: renamed text}: the C++ of `tfemb/kernels/` at `revision`, and
-  the rule table it generates."""
-  names = [os.path.basename(p) for p in _git(
-      "ls-tree", "--name-only", revision, f"{KERNEL_DIR}/").split()]
-  sources = {n: _git("show", f"{revision}:{KERNEL_DIR}/{n}")
-             for n in names if n.endswith((".cc", ".h"))}
+  """{file: renamed text}: the C++ of `tfemb/kernels/` at `revision` (in
+  `src/` or, at older revisions, beside the Python), and the rule table it
+  generates. The sources include each other by file name alone, so they
+  compile from one directory."""
+  paths = _git("ls-tree", "-r", "--name-only", revision,
+               f"{KERNEL_DIR}/").split()
+  names = [os.path.basename(p) for p in paths]
+  sources = {os.path.basename(p): _git("show", f"{revision}:{p}")
+             for p in paths if p.endswith((".cc", ".h"))}
   if not sources:
     raise SystemExit(f"--base {revision}: no C++ in {KERNEL_DIR}")
   sources.update(_generated(revision, names))
@@ -130,15 +133,19 @@ def base_sources(revision: str):
 
 def build_base(revision: str, march=None) -> str:
   """Compiles the renamed kernels of `revision` (cached, with the flags of
-  tfemb's own build); returns the .so. For the current options' CPU
-  target, or `-march=<march>` instead."""
+  tfemb's own build, as one translation unit as it does); returns the .so.
+  For the current options' CPU target, or `-march=<march>` instead."""
   from tfemb import options  # pylint: disable=g-import-not-at-top
   from tfemb.kernels import build  # pylint: disable=g-import-not-at-top
 
   march = options.get().kernel_march if march is None else march
   sources = base_sources(revision)
   texts = [sources[n] for n in sorted(sources)]
-  key = build.cache_key(sorted(sources) + texts, march)
+  # The sources are one translation unit (build.compile_command), as in
+  # tfemb's own build: the two builds then differ in their sources alone.
+  # The key says so, so that no build of one unit per source is taken for
+  # it.
+  key = build.cache_key(["one unit"] + sorted(sources) + texts, march)
   where = os.path.join(build.cache_dir(), f"base-src-{key}")
   for name, text in sources.items():
     build.write_file(os.path.join(where, name), text)

@@ -1,7 +1,7 @@
 """The fused kernels' loops compiled for the common row widths.
 
 For 8, 16, 32, 64 and 128 floats per row the kernels run loops compiled for
-that width (`WithWidth` in tfemb/kernels/embedding_kernels.cc); any other
+that width (`WithWidth` in tfemb/kernels/src/row_loops.h); any other
 width runs the same loops with the width known at run time, which the
 training tests check against the numpy reference at widths 3 and 4. Here,
 for every rule: a table of a compiled width W trains as the numpy reference

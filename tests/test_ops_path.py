@@ -10,7 +10,7 @@ from tfemb import inputs
 from tfemb import resolution
 from tfemb.host import paths
 from tfemb.host import step
-from tfemb.host import tables
+from tfemb.host import table_paths
 
 
 def _bits(x):
@@ -25,8 +25,8 @@ def test_row_gradients_are_unsorted_segment_sums_bit_for_bit():
       -6, 6, (len(p), 1))).astype(np.float32) for p in positions]
   grads[0][::7] = -0.0
   table = tfemb.TableConfig(100, 8, name="t")
-  path = tables.OpsTable(table, {})
-  batch = tables.OpsBatch([0, 1], tf.range(50, dtype=tf.int64),
+  path = table_paths.OpsTable(table, {})
+  batch = table_paths.OpsBatch([0, 1], tf.range(50, dtype=tf.int64),
                           [tf.constant(p) for p in positions], None)
 
   got, finite = path.row_gradients(
@@ -49,7 +49,7 @@ def test_each_id_rows_are_the_distinct_rows_expanded():
              for i, x in enumerate(ids)]
   rows = {}
   for each_id in (False, True):
-    path = tables.OpsTable(table, {"parameters": values}, each_id=each_id)
+    path = table_paths.OpsTable(table, {"parameters": values}, each_id=each_id)
     batch, _ = path.lookup(members)
     rows[each_id] = [r.numpy() for r in path.feature_rows(batch)]
   for a, b, x in zip(rows[False], rows[True], ids):
@@ -77,7 +77,7 @@ def test_a_step_takes_only_declared_table_paths():
                          scales=None, num_segments=None, output_shape=None,
                          static_shape=None)
   values = {"parameters": tf.Variable(tf.ones([20, 4]))}
-  assert isinstance(tables.OpsTable(config.tables[0], values),
+  assert isinstance(table_paths.OpsTable(config.tables[0], values),
                     paths.TablePath)
   with pytest.raises(TypeError, match="'t': its path is a _LooksLikeAPath"):
     step.gather(config, [_LooksLikeAPath(config.tables[0])], [0], [lookup])

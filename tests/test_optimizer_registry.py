@@ -20,7 +20,7 @@ from tfemb import optimizers
 from tfemb.kernels import rule_table
 
 KERNELS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "tfemb",
-                       "kernels", "embedding_kernels.cc")
+                       "kernels", "src", "update_rules.h")
 DECLARATIONS = {d.name: d for d in optimizers.DECLARATIONS}
 
 

@@ -26,6 +26,7 @@ bundle reader reads the whole saved tensor for each slice of a tensor
 saved unsliced.)
 """
 
+import abc
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -42,12 +43,29 @@ _RANDOM = (init_ops_v2.TruncatedNormal, init_ops_v2.RandomNormal,
 _CONSTANT = (init_ops_v2.Constant, init_ops_v2.Zeros, init_ops_v2.Ones)
 
 
+class FillsInBlocks(abc.ABC):
+  """An initializer that writes a big table's blocks of rows itself
+  (`fill_in_blocks` hands it the table): the SparseCore's
+  `tfemb.sparsecore.trained_config.TableInitializer`."""
+
+  @property
+  @abc.abstractmethod
+  def elementwise(self) -> bool:
+    """Whether blocks of rows make the table's values (or their law)."""
+
+  @abc.abstractmethod
+  def fill_in_blocks(self, write_rows: Callable[[int, tf.Tensor], Any],
+                     shape, dtype, rows_per_block: int) -> None:
+    """Writes the table's values with `write_rows(first row, rows)`, about
+    `rows_per_block` rows at a time."""
+
+
 def is_elementwise(initializer) -> bool:
   """True if rows written block by block make the initializer's table:
   rows of its law, or (`RowIdInitializer`) its very values."""
   if type(initializer) is RowIdInitializer:  # pylint: disable=unidiomatic-typecheck
     return True  # `from_row` gives each block its ids
-  if hasattr(initializer, "fill_in_blocks"):  # fills itself (SparseCore rows)
+  if isinstance(initializer, FillsInBlocks):  # fills itself (SparseCore)
     return initializer.elementwise
   if type(initializer) in _RANDOM:  # pylint: disable=unidiomatic-typecheck
     return initializer.seed is None
@@ -96,10 +114,10 @@ def fill_in_blocks(write_rows: Callable[[int, tf.Tensor], Any], shape, dtype,
   """Writes `initializer` values of a table of `shape`, one block of rows at
   a time, in place, with `write_rows(start, block)`: `scatter_rows` for a
   variable (which holds the only reference to its buffer), a column view's
-  `assign_rows` (`tfemb.interleaved_tables`). An initializer with a
-  `fill_in_blocks` method (`tfemb.sparsecore.trained_config.TableInitializer`)
-  writes its own blocks."""
-  if hasattr(initializer, "fill_in_blocks"):
+  `assign_rows` (`tfemb.interleaved_tables`). A `FillsInBlocks`
+  initializer (`tfemb.sparsecore.trained_config.TableInitializer`) writes
+  its own blocks."""
+  if isinstance(initializer, FillsInBlocks):
     initializer.fill_in_blocks(write_rows, shape, dtype, rows_per_block)
     return
   rows, dim = shape

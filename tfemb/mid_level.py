@@ -10,10 +10,11 @@ Which engine a construction gives depends on the current strategy
   `TPUEmbeddingV2` (SparseCore) or `TPUEmbeddingV0` (no embedding hardware),
   built from the configs converted by `tfemb.to_tensorflow`. It is not an
   instance of `tfemb.TPUEmbedding`, and its numbers are TensorFlow's;
-* under any other strategy, this class: the TPU's `enqueue` / `dequeue` /
-  `apply_gradients` protocol on the host engine
-  (`tfemb.host.HostEmbedding`), whose `forward` looks a batch up and
-  returns the function that applies its gradients.
+* under any other strategy, this class: the host engine
+  (`tfemb.host.HostEmbedding`, whose `forward` looks a batch up and returns
+  the function that applies its gradients) with the TPU's `enqueue` /
+  `dequeue` / `apply_gradients` protocol composed over it
+  (`tfemb.host.tpu_protocol.TPUProtocol`).
 """
 
 from typing import Any, Optional
@@ -21,11 +22,9 @@ from typing import Any, Optional
 import tensorflow as tf
 from tensorflow.python.trackable import data_structures
 
-from tfemb import replicas
 from tfemb import shapes
 from tfemb.host import HostEmbedding
-from tfemb.host import protocol
-from tfemb.host.engine import TPU_PROTOCOL
+from tfemb.host import tpu_protocol
 from tfemb.tpu import config_proto
 from tfemb.tpu import delegate
 
@@ -64,8 +63,8 @@ class TPUEmbedding(HostEmbedding):
                pipeline_execution_with_tensor_core: bool = False):
     super().__init__(feature_config, optimizer,
                      pipeline_execution_with_tensor_core)
-    # What waits between enqueue, dequeue and apply_gradients.
-    self._queue = data_structures.NoDependency(protocol.Queue())
+    self._protocol = data_structures.NoDependency(
+        tpu_protocol.TPUProtocol(self))
 
   @_no_autograph
   def enqueue(self, features, weights=None, training: bool = True,
@@ -78,25 +77,7 @@ class TPUEmbedding(HostEmbedding):
     (with `device`, the next `dequeue` of the replica on that device).
     """
     del name
-    if device is not None:
-      # One replica's batch, given outside strategy.run (e.g. from
-      # `experimental_distribute_values_from_function`).
-      index = replicas.index_of_device(device, self._core.strategy)
-      with tf.device(device):
-        batches = {index: self._prepare(features, weights, TPU_PROTOCOL)}
-    elif replicas.is_distributed(features):
-      # Outside strategy.run, with a distributed batch: one per replica.
-      local = replicas.split((features, weights), self._core.strategy)
-      devices = replicas.local_devices(self._core.strategy)
-      batches = {}
-      for i, (device, (f, w)) in enumerate(zip(devices, local)):
-        with tf.device(device):
-          batches[i] = self._prepare(f, w, TPU_PROTOCOL)
-    else:
-      batches = {replicas.local_index(): self._prepare(features, weights,
-                                                       TPU_PROTOCOL)}
-    self._queue.put({i: (batch, bool(training))
-                     for i, batch in batches.items()})
+    self._protocol.enqueue(features, weights, training, device)
 
   @_no_autograph
   def dequeue(self, name: Optional[str] = None):
@@ -106,16 +87,7 @@ class TPUEmbedding(HostEmbedding):
     replica gets the activations of its share of the enqueued batch.
     """
     del name
-    if not self._core.built:
-      raise RuntimeError("dequeue called on unbuilt TPUEmbedding object. "
-                         "Please either call enqueue first or manually call "
-                         "the build method.")
-    index = replicas.local_index()
-    batch, training = self._queue.take(index)
-    activations, backward = self._forward(*batch)
-    if training:
-      self._queue.hold(index, backward)
-    return activations
+    return self._protocol.dequeue()
 
   @_no_autograph
   def apply_gradients(self, gradients, name: Optional[str] = None):
@@ -127,24 +99,7 @@ class TPUEmbedding(HostEmbedding):
     weight decay).
     """
     del name
-    if not self._core.built:
-      raise RuntimeError("apply_gradients called on unbuilt TPUEmbedding "
-                         "object. Please either call enqueue first or "
-                         "manually call the build method.")
-    index = replicas.local_index()
-    backward = self._queue.release(index)
-    if backward is None:
-      # TF's errors for bad gradients first.
-      self._core.check_gradients(gradients)
-      raise RuntimeError(
-          "apply_gradients needs a batch enqueued with training=True and "
-          "dequeued in this function (or eagerly), and can be called once "
-          "per enqueue.")
-    try:
-      backward(gradients)
-    except Exception:
-      self._queue.hold(index, backward)
-      raise
+    self._protocol.apply_gradients(gradients)
 
   def _create_config_proto(self):
     """The `TPUEmbeddingConfiguration` TensorFlow's TPU engine would build

@@ -41,6 +41,11 @@ class Resolved(NamedTuple):
   # the SparseCore stacks tables (`tfemb.sparsecore.trained_config`); None:
   # every table its own.
   stacks: Optional[List[str]] = None
+  given: Any = None  # the feature_config as given (TF's `_feature_config`)
+
+  def user_pairs(self) -> List[Any]:
+    """`[(user's TableConfig, its resolved copy)]`, in table order."""
+    return list(zip(self.user_tables, self.tables))
 
   def table_of(self, user_table) -> Any:
     """The resolved copy of one of the user's `TableConfig`s."""
@@ -73,10 +78,16 @@ def resolve(feature_config: Any,
       `optimizer` and to every table's own. By default optimizers must
       already be embedding optimizers (tfemb's or TensorFlow's).
 
+  An engine given a `Resolved` (the Keras layer's, which resolves with
+  its optimizer translation) takes it as it is: one resolution per layer,
+  one `TableConfig` copy per table.
+
   Raises:
     TypeError: an entry of `feature_config` is not a FeatureConfig.
     ValueError: an unsupported optimizer, or two tables of the same name.
   """
+  if isinstance(feature_config, Resolved):
+    return feature_config
   flat = nest.flatten_with_joined_string_paths(feature_config)
   for path, feature in flat:
     _check_feature(path, feature)
@@ -122,7 +133,8 @@ def resolve(feature_config: Any,
       features=features,
       table_index=table_index,
       tables=tables,
-      user_tables=user_tables)
+      user_tables=user_tables,
+      given=feature_config)
 
 
 def _learning_rates(tables: List[Any], keep: Callable[[Any], bool]):

@@ -30,7 +30,7 @@ Adding an optimizer takes:
      names, rule, constants, proto fields). tfemb exports every declared
      class, `identify` finds it, the TPU proto and the Keras layer's config
      read it, and the kernels' build generates the C++ rule table from it;
-  2. its C++ row rule, `RuleRow<Name>` in tfemb/kernels/embedding_kernels.cc;
+  2. its C++ row rule, `RuleRow<Name>` in tfemb/kernels/src/update_rules.h;
   3. its numpy reference, in tests/reference.py;
   4. its tests: a case in tests/test_training.py's `OPTIMIZERS`, which the
      training, kernel, width, layout and mirrored tests run.
@@ -60,7 +60,8 @@ def _divide(x, y):
   Grappler (TensorFlow's graph optimizer) turns `x / c` for a constant `c`
   into `x * (1 / c)` and `1 / y` into the approximate `tf.math.reciprocal`,
   but leaves `divide_no_nan` alone. Its 0 for `y == 0` is never used: the
-  rules divide by a learning rate checked > 0 (`divides_by_learning_rate`)
+  rules divide by a learning rate checked > 0
+  (`Declaration.divides_by_learning_rate`)
   or guard a zero themselves."""
   return tf.math.divide_no_nan(x, y)
 
@@ -219,24 +220,6 @@ def ftrl_constants(opt) -> Dict[str, float]:
           "two_l2": 2 * opt.l2_regularization_strength, "beta": opt.beta,
           "multiply_linear_by_learning_rate": float(
               opt.multiply_linear_by_learning_rate)}
-
-
-def divides_by_learning_rate(opt) -> bool:
-  """Whether the rule divides by `lr` (FTRL without
-  `multiply_linear_by_learning_rate`): its rate must then be > 0."""
-  return (getattr(opt, "learning_rate_power", None) is not None and
-          not getattr(opt, "multiply_linear_by_learning_rate", False))
-
-
-def checked_learning_rate(table) -> Tuple[tf.Tensor, List[tf.Operation]]:
-  """`table`'s learning rate for this step, a float32 scalar, and the
-  checks it must pass before any write: finite, and > 0 where the rule
-  divides by it. A rate whose shape is known not to be a scalar, or a
-  Python number that fails them, raises a ValueError here."""
-  opt = table.optimizer
-  return checked_rate(opt.learning_rate,
-                      f"{validation.table(table.name)}: the learning rate",
-                      divides_by_learning_rate(opt))
 
 
 def checked_rate(rate, what: str, positive: bool = False

@@ -15,7 +15,8 @@ from experiments import kernel_ab
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))  # the repository
-KERNELS = os.path.join(ROOT, "tfemb", "kernels")
+KERNELS = os.path.join(ROOT, "tfemb", "kernels", "src")
+SOURCES = sorted(n for n in os.listdir(KERNELS) if n.endswith(".cc"))
 
 
 def test_rename_moves_ops_kernels_and_namespace():
@@ -32,7 +33,7 @@ def test_rename_moves_ops_kernels_and_namespace():
       'const char* kept = "Tfemb stays in a message";\n')
 
 
-@pytest.mark.parametrize("name", ["embedding_kernels.cc", "column_split.cc"])
+@pytest.mark.parametrize("name", SOURCES)
 def test_every_registered_op_of_the_sources_is_renamed(name):
   with open(os.path.join(KERNELS, name)) as f:
     source = f.read()

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from experiments import ops_path
 from experiments import v2_ab
-from tfemb.host import tables
+from tfemb.host import table_paths
 
 
 class _Step:
@@ -42,7 +42,7 @@ def test_ratio_of_rounds_is_the_median_of_the_rounds_ratios():
 
 def test_times_the_ops_path_beside_the_fused_kernels(tmp_path, monkeypatch):
   traced = []
-  for cls in (tables.OpsTable, tables.FusedTable):
+  for cls in (table_paths.OpsTable, table_paths.FusedTable):
     lookup = cls.lookup
 
     def counted(self, members, lookup=lookup):

@@ -19,12 +19,13 @@ import tensorflow as tf
 from tensorflow.python.trackable import autotrackable
 from tensorflow.python.trackable import base as trackable
 
+from tfemb import checkpoint_refusals
 from tfemb import options as options_lib
 from tfemb import resolution
 from tfemb import shapes
 from tfemb.host import step
-from tfemb.host import tables as table_paths
-from tfemb.host import variables as variables_lib
+from tfemb.host import table_paths
+from tfemb.host import table_store
 from tfemb.host.paths import TablePath
 from tfemb.serving import savedmodel
 
@@ -85,6 +86,11 @@ class Engine(autotrackable.AutoTrackable):
     return self._core.strategy
 
   @property
+  def strategy(self) -> tf.distribute.Strategy:
+    """The strategy the engine was created under."""
+    return self._core.strategy
+
+  @property
   def resolved_config(self) -> resolution.Resolved:
     """The user's configuration as resolved once (`tfemb.resolution`):
     features and paths in `tf.nest` order, tables named, with their
@@ -116,7 +122,7 @@ class Engine(autotrackable.AutoTrackable):
 
   def _check_checkpoint_child(self, name: str) -> None:
     """Raises a ValueError for a child `name` of a checkpoint this object
-    cannot restore (`variables_lib.TableStore.check_checkpoint_child`)."""
+    cannot restore (`table_store.TableStore.check_checkpoint_child`)."""
     self._core.store.check_checkpoint_child(name)
 
   @property
@@ -145,7 +151,7 @@ class TableLayout(abc.ABC):
   """How an engine's tables sit in variables: the piece `EngineCore` takes.
 
   A layout names the `TableConfig`s whose variables the core's
-  `variables_lib.TableStore` checks checkpoints against (`tables`), the
+  `table_store.TableStore` checks checkpoints against (`tables`), the
   configuration a step trains (`step_config`: one table per user table,
   features in `tf.nest` order), creates the variables as children of the
   engine, and picks each trained table's path. `Unstacked` is the first
@@ -165,18 +171,18 @@ class TableLayout(abc.ABC):
     """The tables and features a step trains."""
 
   @abc.abstractmethod
-  def create(self, owner, store: variables_lib.TableStore
-            ) -> Dict[str, variables_lib.TableVariables]:
+  def create(self, owner, store: table_store.TableStore
+            ) -> Dict[str, table_store.TableVariables]:
     """Creates the variables as children of the trackable `owner`; returns
     each trained table's, by table name."""
 
   @abc.abstractmethod
-  def training_path(self, table, variables: variables_lib.TableVariables,
+  def training_path(self, table, variables: table_store.TableVariables,
                     partitioned: bool, options) -> TablePath:
     """The path of `table`'s (a `step_config` table's) training steps."""
 
   @property
-  def views(self) -> Optional[Dict[str, variables_lib.TableVariables]]:
+  def views(self) -> Optional[Dict[str, table_store.TableVariables]]:
     """Variables a checkpoint holds in place of the tables' own, by
     stacked table name; None where it holds the tables'."""
     return None
@@ -225,11 +231,11 @@ class EngineCore:
     self.layout = layout or Unstacked(config)
     self.strategy = strategy or tf.distribute.get_strategy()
     self.options = options_lib.get()
-    self.store = variables_lib.TableStore(self.layout.tables, self.strategy,
+    self.store = table_store.TableStore(self.layout.tables, self.strategy,
                                           self.options)
     self.policy = step.NonFinitePolicy(self.strategy)
     self.output_shapes = [f.output_shape for f in config.features]
-    self.tables: Optional[Dict[str, variables_lib.TableVariables]] = None
+    self.tables: Optional[Dict[str, table_store.TableVariables]] = None
     self.paths: Optional[List[TablePath]] = None
 
   @property
@@ -246,7 +252,7 @@ class EngineCore:
     def create(*unused_strategy):
       if self.built:  # another replica's merge_call got here first
         return
-      with variables_lib.unreadable_restore_dropped(owner):
+      with checkpoint_refusals.unreadable_restore_dropped(owner):
         tables = self.layout.create(owner, self.store)
       partitioned = self.store.partitioned
       self.paths = [

@@ -32,8 +32,8 @@ from tfemb import shapes
 from tfemb.host import core
 from tfemb.host import feeding
 from tfemb.host import step
-from tfemb.host import tables as table_paths
-from tfemb.host import variables as variables_lib
+from tfemb.host import table_paths
+from tfemb.host import by_table
 
 _no_autograph = tf.autograph.experimental.do_not_convert
 
@@ -102,7 +102,7 @@ class HostEmbedding(core.Engine):
       if table.dtype != tf.float32:
         raise ValueError(f"Table {table.name!r}: only float32 tables are "
                          f"supported, got dtype {table.dtype.name}.")
-    self._feature_config = feature_config
+    self._feature_config = config.given
     self._pipeline_execution_with_tensor_core = (
         pipeline_execution_with_tensor_core)
     self._core = data_structures.NoDependency(core.EngineCore(config))
@@ -213,7 +213,7 @@ class HostEmbedding(core.Engine):
     config = self._core.config
     aliases = {id(user): ours for user, ours in zip(config.user_tables,
                                                     config.tables)}
-    return variables_lib.ByTableConfig(items, aliases)
+    return by_table.ByTableConfig(items, aliases)
 
   def _checkpoint_adapter(self, path: str):
     """Refuses a checkpoint of another configuration before anything of it
@@ -261,13 +261,13 @@ class HostEmbedding(core.Engine):
     batches in one step. `rules`: how the inputs are read and shaped
     (default `TRAINING`; the Keras layer's are `KERAS_LAYER`).
     """
-    batch, output_shapes = self._prepare(features, weights, rules or TRAINING)
-    return self._forward(batch, output_shapes)
+    return self.activate(*self.prepare(features, weights, rules or TRAINING))
 
-  def _prepare(self, features, weights, rules: "InputRules"):
+  def prepare(self, features, weights, rules: "InputRules"):
     """Checks the inputs (building on first use) and looks the ids up;
     returns the batch and the output shapes of its activations (fixed for
-    later batches too where `rules.fixes_shapes`)."""
+    later batches too where `rules.fixes_shapes`): `forward`'s first half,
+    which the TPU protocol's `enqueue` runs."""
     config = self._core.config
     feature_ids, flat, flat_weights = feeding.flat_inputs(config, features,
                                                           weights, False)
@@ -296,7 +296,9 @@ class HostEmbedding(core.Engine):
                                 False, list(output_shapes))
     return self._core.gather(feature_ids, lookups), output_shapes
 
-  def _forward(self, batch: step.Batch, output_shapes):
+  def activate(self, batch: step.Batch, output_shapes):
+    """`forward`'s second half (`dequeue`'s): the activations of a
+    prepared batch, with the function that applies its gradients."""
     config = self._core.config
     feature_ids = list(range(len(config.features)))
     flat = self._core.activations(batch, feature_ids, output_shapes)
@@ -313,3 +315,8 @@ class HostEmbedding(core.Engine):
       applied.append(True)  # a refused step wrote nothing: not used up
 
     return nest.pack_sequence_as(config.structure, flat), backward
+
+  def check_gradients(self, gradients) -> None:
+    """TensorFlow's errors for gradients of the wrong structure or shape
+    (against the output shapes fixed so far)."""
+    self._core.check_gradients(gradients)

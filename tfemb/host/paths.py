@@ -1,7 +1,7 @@
 """A table's path: the interface a step (`tfemb.host.step`) runs every
 table through.
 
-The host engine's paths (`tfemb.host.tables`: `FusedTable`, `OpsTable`)
+The host engine's paths (`tfemb.host.table_paths`: `FusedTable`, `OpsTable`)
 and those built on them above the host engine (`TPUEmbeddingV2`'s
 `CustomTable` for a `CustomOptimizer`, the serving lookup's path in
 `tfemb.export`) derive from `TablePath`; the step takes nothing else.

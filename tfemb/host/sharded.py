@@ -26,7 +26,7 @@ from tfemb import optimizers
 from tfemb import update_rules
 from tfemb import validation
 from tfemb.host import sparse_update
-from tfemb.host.variables import slot_names
+from tfemb.host.table_store import slot_names
 
 
 def shards(variables: Dict[str, object]) -> Optional[List[Dict[str, object]]]:
@@ -64,7 +64,7 @@ def route(table, variables, ids, grads) -> Optional[Routes]:
   step's update holds the lock; under the lock only the parameter servers
   work (`prepare`)."""
   per_shard = shards(variables)
-  if per_shard is None or not sparse_update.is_lazy(
+  if per_shard is None or not optimizers.is_lazy(
       sparse_update.optimizer_of(table)):
     return None
   sizes = [int(s["parameters"].shape[0]) for s in per_shard]

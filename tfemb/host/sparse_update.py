@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from tfemb import optimizers
 from tfemb import update_rules
-from tfemb.host.variables import gather_rows
+from tfemb.host.row_reads import gather_rows
 
 
 def optimizer_of(table):
@@ -26,19 +26,13 @@ def optimizer_of(table):
   return table.optimizer
 
 
-def is_lazy(opt) -> bool:
-  """Whether the optimizer updates only the touched rows (all but
-  non-lazy Adam)."""
-  return getattr(opt, "lazy_adam", True)
-
-
 def new_rows(table, variables, ids, grads, lr) -> Dict[str, tf.Tensor]:
   """The table's rows `ids` and their slots after this step's update, from
   their values now: `{"parameters": .., slot: ..}` (non-lazy Adam: every
   row, with a zero gradient for the untouched ones)."""
   opt = optimizer_of(table)
   names = optimizers.slot_names(opt)
-  if is_lazy(opt):
+  if optimizers.is_lazy(opt):
     read = lambda v: gather_rows(v, ids)
   else:
     grads = tf.scatter_nd(ids[:, None], grads,
@@ -52,7 +46,7 @@ def new_rows(table, variables, ids, grads, lr) -> Dict[str, tf.Tensor]:
 
 def write_rows(table, variables, ids, values: Dict[str, tf.Tensor]) -> List:
   """Writes what `new_rows` computed; returns the writes."""
-  if is_lazy(table.optimizer):
+  if optimizers.is_lazy(table.optimizer):
     write = lambda v, x: v.scatter_update(tf.IndexedSlices(x, ids))
   else:
     write = lambda v, x: v.assign(x)

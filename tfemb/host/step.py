@@ -22,7 +22,7 @@ from tfemb import validation
 from tfemb.host import feeding
 from tfemb.host import sparse_update
 from tfemb.host import update_lock
-from tfemb.host import tables as table_paths
+from tfemb.host import table_paths
 from tfemb.host.paths import Member
 from tfemb.host.paths import Pending
 from tfemb.host.paths import TablePath
@@ -226,7 +226,11 @@ def _learning_rates(config: resolution.Resolved,
   for u in updates:
     stack = config.stacks[u.index] if config.stacks else None
     if stack is None or stack not in by_stack:
-      lr, lr_checks = update_rules.checked_learning_rate(u.path.table)
+      table = u.path.table
+      lr, lr_checks = update_rules.checked_rate(
+          table.optimizer.learning_rate,
+          f"{validation.table(table.name)}: the learning rate",
+          optimizers.divides_by_learning_rate(table.optimizer))
       checks += lr_checks
       if stack is not None:
         by_stack[stack] = lr

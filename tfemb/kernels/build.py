@@ -7,7 +7,8 @@ Where the kernels come from, in order (`load`):
    these sources. No compiler is needed.
 2. A build compiled here on first use against the installed TensorFlow's
    headers (after a TensorFlow upgrade, in a source checkout, or when
-   `kernel_march` names a target), in a cache keyed by the sources, the
+   `kernel_march` names a target), in a cache keyed by the sources
+   (`src/`, compiled as one translation unit: `compile_command`), the
    rule table (`rule_table`), TensorFlow's version, the flags and what the
    compiler makes of the target.
 3. None: TensorFlow's own ops (the same numbers, slower), after one
@@ -50,10 +51,28 @@ from tfemb.kernels import rule_table
 from tfemb.kernels.unavailable import first_error
 from tfemb.kernels.unavailable import KernelUnavailable
 
-_HERE = os.path.dirname(__file__)
-SOURCES = [os.path.join(_HERE, name) for name in
-           ("embedding_kernels.cc", "column_split.cc")]
-HEADERS = [os.path.join(_HERE, "column_split.h")]
+SOURCE_DIR = os.path.join(os.path.dirname(__file__), "src")
+# One file per kernel (or pair of kernels), with its op's registration; a
+# build compiles them as one translation unit (`compile_command`).
+SOURCES = [os.path.join(SOURCE_DIR, name) for name in (
+    "apply_rows.cc",          # TfembApplyRows
+    "check_rows.cc",          # TfembCheckRows
+    "column_split.cc",        # TfembSplitColumns, TfembRejoinColumns
+    "dedup_gather.cc",        # TfembDedupGather
+    "huge_pages.cc",          # TfembAdviseHugePages
+    "read_write_columns.cc",  # TfembReadColumns, TfembWriteColumns
+    "row_gradients.cc",       # TfembRowGradients
+)]
+# What the sources include: part of the cache key and of the packaged
+# build's source digest (`source_texts`), as the sources are.
+HEADERS = [os.path.join(SOURCE_DIR, name) for name in (
+    "apply_rows.h",     # TfembApplyRows' kernel, which TfembCheckRows' extends
+    "column_split.h",   # an interleaved table's rows put back after a save
+    "huge_pages.h",     # tables backed by 2 MiB pages
+    "input_checks.h",   # a variable checked before it is read as floats
+    "row_loops.h",      # a row's loops, compiled for the common widths
+    "update_rules.h",   # the optimizers' row rules and the whole update
+)]
 # -ffp-contract=off: no fused multiply-adds, so every float operation rounds
 # as TensorFlow's own kernels round it (also with -march's FMA units).
 # -fno-math-errno lets sqrt vectorize. Every vector width computes the same
@@ -63,6 +82,10 @@ HEADERS = [os.path.join(_HERE, "column_split.h")]
 CXXFLAGS = ["-shared", "-fPIC", "-O3", "-fno-math-errno", "-ffp-contract=off",
             "-w", "-Wfatal-errors"]
 AUTO = "auto"  # kernel_march: the package's build, else compiled for native
+# Defined (empty, as the sources that use Eigen's ThreadPoolDevice define
+# it) before any header of a translation unit of several sources, whose
+# first source may not define it.
+_EIGEN_THREADS = "EIGEN_USE_THREADS"
 
 # Eigen headers that only a target with an instruction-set extension
 # compiles, and the flag that leaves the extension out.
@@ -155,11 +178,20 @@ def compile_command(cxx: str, flags: Sequence[str], sources: Sequence[str],
                     include_dirs: Sequence[str], out: str,
                     link: bool = True) -> List[str]:
   """The command that compiles `sources` into the library `out` (`link`
-  False: one source into the object file `out`, e.g. for another CPU whose
-  TensorFlow library is not here to link against)."""
+  False: into the object file `out`, e.g. for another CPU whose TensorFlow
+  library is not here to link against).
+
+  Several sources are one translation unit: each but the last included
+  ahead of the last (`-include`, in order). TensorFlow's headers take most
+  of a compile (some 15 s a unit), so one unit compiles in a fraction of
+  the time of one per source, and the compiler sees every kernel at once,
+  inlining as within one file. Each source also compiles alone."""
+  *ahead, last = sources
+  unit = ([f"-D{_EIGEN_THREADS}="] if ahead else []) + [
+      a for source in ahead for a in ("-include", source)] + [last]
   command = ([cxx] + CXXFLAGS + list(flags) +
              [f"-I{d}" for d in include_dirs] +
-             tf.sysconfig.get_compile_flags() + list(sources) + ["-o", out])
+             tf.sysconfig.get_compile_flags() + unit + ["-o", out])
   if not link:
     return [a if a != "-shared" else "-c" for a in command]
   return command + tf.sysconfig.get_link_flags()
@@ -272,7 +304,7 @@ def write_file(path: str, text: str) -> str:
 
 
 def source_texts() -> List[str]:
-  """The texts a build compiles: the sources, the header, the rule table."""
+  """The texts a build compiles: the sources, the headers, the rule table."""
   texts = []
   for source in SOURCES + HEADERS:
     with open(source) as f:

@@ -1,8 +1,8 @@
 """The fused kernels as functions of the host engine's tensors and configs.
 
-`usable(variables, optimizer, opts)` tells whether a table's variables can
-take them: the kernels on in `opts` (`tfemb.options`) and built, a lazy
-rule, resource variables on the CPU, plain or mirrored (`MirroredStrategy`,
+`usable(variables, optimizer, partitioned, opts)` tells whether a table's
+variables can take them: the kernels on in `opts` (`tfemb.options`) and
+built, a lazy rule, resource variables on the CPU, plain or mirrored (`MirroredStrategy`,
 `MultiWorkerMirroredStrategy`: each replica's kernels work on its own
 copy), not sharded over parameter servers, not on a GPU. Each function
 below is one op per table, run by the build this process loaded
@@ -45,6 +45,7 @@ from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-dir
 from tfemb import optimizers
 from tfemb import options
 from tfemb import replicas
+from tfemb import variable_view
 from tfemb.kernels import build
 
 for _op in ("TfembDedupGather", "TfembRowGradients", "TfembApplyRows",
@@ -68,18 +69,28 @@ def _read_columns_gradient(op, grad):
   return [grad]
 
 
-def usable(variables: Dict[str, tf.Variable], optimizer,
+def serves(optimizer, partitioned: bool,
            opts: Optional[options.Options] = None) -> bool:
-  """True if this table can use the fused kernels under `opts` (default:
-  the current options)."""
-  if build.load(opts) is None:
+  """Whether the fused kernels train a table of `optimizer`, before its
+  variables exist: built and on under `opts` (default: the current
+  options), a lazy rule (`optimizers.is_lazy`: non-lazy Adam updates every
+  row, TensorFlow's ops), and tables not partitioned over parameter
+  servers. `usable` adds what the variables must be."""
+  return (not partitioned and optimizers.is_lazy(optimizer) and
+          build.load(opts) is not None)
+
+
+def usable(variables: Dict[str, tf.Variable], optimizer, partitioned: bool,
+           opts: Optional[options.Options] = None) -> bool:
+  """The one answer to whether the fused kernels train this table: they
+  serve it (`serves`) and every variable is a plain resource variable on a
+  CPU (not sharded, sync-on-read or otherwise wrapped)."""
+  if not serves(optimizer, partitioned, opts):
     return False
-  if optimizer is not None and not getattr(optimizer, "lazy_adam", True):
-    return False  # non-lazy Adam updates every row: TensorFlow ops
   for v in variables.values():
     for copy in replicas.copies(_storage(v)):
       if not isinstance(copy, resource_variable_ops.BaseResourceVariable):
-        return False  # sharded, sync-on-read or otherwise wrapped
+        return False
       if "CPU" not in copy.device.upper():
         return False
   return True
@@ -101,7 +112,7 @@ def in_place_here(variables: Dict[str, tf.Variable]) -> bool:
 def _storage(variable):
   """The variable that holds it: itself, or for a column view of an
   interleaved table (`tfemb.interleaved_tables`) the whole table's."""
-  return getattr(variable, "interleaved_storage", variable)
+  return variable_view.storage_of(variable)
 
 
 def _library():
@@ -130,10 +141,10 @@ def advise_huge_pages(variable,
                       opts: Optional[options.Options] = None) -> None:
   """Asks Linux for 2 MiB pages under each CPU copy of `variable`, a table
   created empty, before it is filled: the fill's page faults then take huge
-  pages, and the first step has none to collapse (`embedding_kernels.cc`,
-  "huge pages"). Nothing without the kernels (`opts`, default the current
-  options), outside eager execution, or for copies that are not CPU
-  resource variables."""
+  pages, and the first step has none to collapse (`src/huge_pages.cc`).
+  Nothing without the kernels (`opts`, default the current options),
+  outside eager execution, or for copies that are not CPU resource
+  variables."""
   library = build.load(opts)
   if library is None or not tf.executing_eagerly():
     return
@@ -162,7 +173,7 @@ def split_columns(storage, parts: int) -> tf.Tensor:
   """`storage` ([rows, parts x width]) as `[parts, rows, width]` blocks, for
   a checkpoint save: the storage's rows move into the blocks (its memory
   given back) and return when the blocks' last tensor is gone
-  (`column_split.cc`)."""
+  (`src/column_split.cc`)."""
   return _library().tfemb_split_columns(table=storage.handle, parts=parts)
 
 
@@ -177,7 +188,7 @@ def dedup_gather(table, variable, ids: Sequence[tf.Tensor],
 
   `variable`: the table's parameters, a plain variable or a column view of
   an interleaved table (whose storage the kernel reads). `remap`: for a
-  table in the SparseCore's layout (`tfemb.host.tables.Remap`), ids are
+  table in the SparseCore's layout (`tfemb.host.table_paths.Remap`), ids are
   checked against its own vocabulary and `unique_ids` are the variable's
   rows.
   """

@@ -1,12 +1,12 @@
 """The kernels' table of rules, generated from the optimizers' declarations.
 
-`embedding_kernels.cc` includes `tfemb_rules.h`, which `build` writes from
+`src/update_rules.h` includes `tfemb_rules.h`, which `build` writes from
 `header()` before it compiles: per declared optimizer (in
 `tfemb.optimizers.DECLARATIONS`) a struct `rules::<name>` with the rule's
 name (TfembApplyRows' `rule` attribute), its number of slots and of
 constants, and an index per constant (`kBeta1` for Adam's "beta_1"), in the
 order `kernel_constants` gives them. `rules::All` lists them all;
-`RuleRow<rules::<name>>` in the .cc is each one's C++ row rule.
+`RuleRow<rules::<name>>` in `src/update_rules.h` is each one's C++ row rule.
 """
 
 from typing import List

@@ -138,23 +138,27 @@ class TPUEmbedding(tf.keras.layers.Layer):
     self._optimizer = normalize_optimizer(optimizer)
     # Copies, named and with their optimizers (`tfemb.resolution`): the
     # layer never changes the user's objects.
-    resolved = resolution.resolve(feature_config, self._optimizer,
-                                  normalize=normalize_optimizer)
-    self._feature_config = resolved.structure
-    self._table_config_map = list(zip(resolved.user_tables, resolved.tables))
+    # Resolved once: the host engines take this resolution as it is.
+    self._config = resolution.resolve(feature_config, self._optimizer,
+                                      normalize=normalize_optimizer)
+    self._feature_config = self._config.structure
     self._creation_strategy = tf.distribute.get_strategy()
     self._on_tpu = delegate.on_tpu(self._creation_strategy)
     self._sparse_core_embedding_config = sparse_core_embedding_config
     self._pipeline_execution_with_tensor_core = (
         pipeline_execution_with_tensor_core)
     self._engine = adapters.make_adapter(
-        self._on_tpu, self._feature_config, self._optimizer, self._table_config_map,
-        self._creation_strategy, pipeline_execution_with_tensor_core,
+        self._on_tpu, self._config, self._optimizer, self._creation_strategy, pipeline_execution_with_tensor_core,
         embedding_feature, sparse_core_embedding_config)
     self._embedding_feature = self._engine.embedding_feature
     self._tpu_embedding = self._engine.engine  # the checkpointed engine
     self.batch_size = batch_size
     self.supports_jit = False  # tf.unique and sparse updates: no XLA
+
+  @property
+  def _table_config_map(self):
+    """`[(user's TableConfig, the layer's copy)]`, as tfrs' layer keeps."""
+    return self._config.user_pairs()
 
   def build(self, input_shape=None):
     self._engine.build(input_shape, self.batch_size)
@@ -174,8 +178,7 @@ class TPUEmbedding(tf.keras.layers.Layer):
   def _bind_learning_rates(self):
     """Keras-translated learning rates count steps in a layer weight, so the
     step (schedules, Adam's bias correction) is saved with the model."""
-    rates = resolution.counting_learning_rates(
-        [ours for _, ours in self._table_config_map])
+    rates = resolution.counting_learning_rates(self._config.tables)
     if rates:
       self.embedding_iterations = self.add_weight(
           name="embedding_iterations", shape=(), initializer="zeros",
@@ -246,14 +249,15 @@ class TPUEmbedding(tf.keras.layers.Layer):
     return tf.nest.pack_sequence_as(self._feature_config, specs)
 
   def _map_tables(self, serving_config):
-    mapping = {id(user): ours for user, ours in self._table_config_map}
     clones = []
     for feature in tf.nest.flatten(serving_config):
-      if id(feature.table) not in mapping:
+      try:
+        ours = self._config.table_of(feature.table)
+      except KeyError:
         raise ValueError(
             f"TableConfig {feature.table} does not match any of the "
-            "TableConfigs used to configure this layer.")
-      clones.append(_with_table(feature, mapping[id(feature.table)]))
+            "TableConfigs used to configure this layer.") from None
+      clones.append(_with_table(feature, ours))
     return tf.nest.pack_sequence_as(serving_config, clones)
 
   @property

@@ -31,12 +31,20 @@ import tensorflow as tf
 from tfemb.layers import keras_versions
 
 _HOOKED = "_tfemb_loss_scale_hook"  # marks a wrapper (installed once)
-_recorded = threading.local()  # .scales: {graph or _EAGER: scale}
+
+
+class _Recorded(threading.local):
+  """Per thread: `{graph or _EAGER: scale}`."""
+
+  def __init__(self):
+    super().__init__()
+    self.scales = weakref.WeakKeyDictionary()
+
+
+_recorded = _Recorded()
 
 
 def _scales() -> "weakref.WeakKeyDictionary":
-  if not hasattr(_recorded, "scales"):
-    _recorded.scales = weakref.WeakKeyDictionary()
   return _recorded.scales
 
 

@@ -26,11 +26,14 @@ from tfemb.optimizers.parameters import LearningRate
 from tfemb.optimizers.parameters import _Optimizer
 from tfemb.optimizers.declarations import DECLARATIONS
 from tfemb.optimizers.declarations import Declaration
+from tfemb.optimizers.declarations import divides_by_learning_rate
 from tfemb.optimizers.declarations import identify
+from tfemb.optimizers.declarations import is_lazy
 from tfemb.optimizers.declarations import is_optimizer
-from tfemb.optimizers.protocol import constructor_args
-from tfemb.optimizers.protocol import slot_initializers
-from tfemb.optimizers.protocol import slot_names
+from tfemb.optimizers.tf_methods import constructor_args
+from tfemb.optimizers.tf_methods import slot_dims
+from tfemb.optimizers.tf_methods import slot_initializers
+from tfemb.optimizers.tf_methods import slot_names
 from tfemb import sparsecore_configs
 from tfemb.sparsecore_configs import CustomOptimizer
 

@@ -29,11 +29,17 @@ class Declaration:
     slots: the slot variables' names, in TensorFlow's order.
     rule: its update (`tfemb.update_rules`).
     kernel_constants: `optimizer -> {name: value}`, the constants its C++
-      row rule (`RuleRow<Name>`, tfemb/kernels/embedding_kernels.cc) reads,
+      row rule (`RuleRow<Name>`, tfemb/kernels/src/update_rules.h) reads,
       in order; the build names them in C++ (`kBeta1` for "beta_1").
     proto_message: its message in TensorFlow's `OptimizationParameters`.
     proto_fields: that message's fields, each from an attribute of the
       optimizer (its name) or a function of the optimizer.
+    lazy: `optimizer -> bool`: whether a step updates only the rows it
+      touched (all but non-lazy Adam, which updates every row, as on the
+      TPU: TensorFlow's ops then, never the fused kernels).
+    divides_by_learning_rate: `optimizer -> bool`: whether the rule
+      divides by the learning rate (FTRL without
+      `multiply_linear_by_learning_rate`), which must then be > 0.
   """
   name: str
   cls: type
@@ -43,6 +49,8 @@ class Declaration:
   kernel_constants: Callable[[Any], Dict[str, float]]
   proto_message: str
   proto_fields: Mapping[str, ProtoField]
+  lazy: Callable[[Any], bool] = lambda optimizer: True
+  divides_by_learning_rate: Callable[[Any], bool] = lambda optimizer: False
 
   def __post_init__(self):
     parameters.declare(self.cls, self)
@@ -84,7 +92,8 @@ DECLARATIONS: Tuple[Declaration, ...] = (
         proto_fields={"beta1": "beta_1", "beta2": "beta_2",
                       "epsilon": "epsilon",
                       "use_non_lazy_adam": lambda opt: not opt.lazy_adam,
-                      "use_sum_inside_sqrt": "sum_inside_sqrt"}),
+                      "use_sum_inside_sqrt": "sum_inside_sqrt"},
+        lazy=lambda opt: opt.lazy_adam),
     Declaration(
         name="FTRL", cls=parameters.FTRL, tf_name="FTRL",
         slots=("accumulators", "linears"), rule=update_rules.ftrl,
@@ -94,7 +103,9 @@ DECLARATIONS: Tuple[Declaration, ...] = (
                       "lr_power": "learning_rate_power", "beta": "beta",
                       "multiply_linear_by_lr":
                           "multiply_linear_by_learning_rate",
-                      "allow_zero_accumulator": "allow_zero_accumulator"}),
+                      "allow_zero_accumulator": "allow_zero_accumulator"},
+        divides_by_learning_rate=(
+            lambda opt: not opt.multiply_linear_by_learning_rate)),
 )
 
 
@@ -119,3 +130,19 @@ def identify(optimizer: Any) -> Declaration:
 def is_optimizer(optimizer: Any) -> bool:
   """Whether `identify(optimizer)` knows it."""
   return parameters.declared(optimizer) is not None
+
+
+def is_lazy(optimizer: Any) -> bool:
+  """Whether a step updates only the rows it touched (`Declaration.lazy`);
+  True for None and for a `CustomOptimizer` (its rows only)."""
+  declaration = parameters.declared(optimizer)
+  return declaration is None or declaration.lazy(optimizer)
+
+
+def divides_by_learning_rate(optimizer: Any) -> bool:
+  """Whether the optimizer's rule divides by its learning rate
+  (`Declaration.divides_by_learning_rate`); False for None and for a
+  `CustomOptimizer`."""
+  declaration = parameters.declared(optimizer)
+  return (declaration is not None and
+          declaration.divides_by_learning_rate(optimizer))

@@ -50,13 +50,24 @@ from tensorflow.python.trackable import base as trackable
 from tensorflow.python.training.saving import saveable_object  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import variable_view
 from tfemb.host import feeding
 from tfemb.host import step
-from tfemb.host import tables as table_paths
+from tfemb.host import table_paths
 from tfemb.serving import sparsecore_export
 
 TABLE_DTYPES = (tf.float32, tf.bfloat16)
-_state = threading.local()  # `exports`: the exports in progress
+
+
+class _State(threading.local):
+  """What a thread has in progress: its exports, innermost last."""
+
+  def __init__(self):
+    super().__init__()
+    self.exports: List["Export"] = []
+
+
+_state = _State()
 
 
 class ServingTable(resource_variable_ops.UninitializedVariable):
@@ -77,7 +88,9 @@ class ServingTable(resource_variable_ops.UninitializedVariable):
     def value():  # read when the save writes, not when it is planned
       # A view reads its columns without a copy of its storage; a stacked
       # table, its rows and columns (`tfemb.serving.sparsecore_export`).
-      read = getattr(source, "saved_value", None) or source.read_value
+      read = (source.saved_value
+              if isinstance(source, variable_view.SavedValue) else
+              source.read_value)
       saved = read()
       return saved if saved.dtype == dtype else tf.cast(saved, dtype)
 
@@ -153,7 +166,7 @@ def lookup(config, tables: Dict[str, tf.Variable], features, weights=None,
     features: the structure of `feature_config`; any batch size.
     weights: None or per-id weights, as the engine takes them.
     remaps: None, or by table name where its ids sit in a stacked
-      variable (`tfemb.host.tables.Remap`).
+      variable (`tfemb.host.table_paths.Remap`).
   """
   feature_ids, flat, flat_weights = feeding.flat_inputs(config, features,
                                                         weights, False)
@@ -218,8 +231,6 @@ class Export:
 
 
 def _exports() -> List[Export]:
-  if not hasattr(_state, "exports"):
-    _state.exports = []
   return _state.exports
 
 

@@ -20,7 +20,7 @@ from tensorflow.python.trackable import data_structures  # pylint: disable=g-dir
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
 from tfemb import tf_conversion
-from tfemb.host.variables import ByTableConfig
+from tfemb.host.by_table import ByTableConfig
 
 _tf_embedding = tf.tpu.experimental.embedding
 

@@ -12,9 +12,26 @@ other objects for some tables, so the engines' `_trackable_children` call
   over them that a checkpoint holds.
 """
 
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Protocol, runtime_checkable
 
 Tables = Dict[str, Dict[str, Any]]  # {table name: {"parameters": .., slot: ..}}
+
+
+@runtime_checkable
+class View(Protocol):
+  """A variable over part of a larger storage: `tfemb.variable_view.
+  VariableView`, whose `interleaved_storage` (None for a view of several
+  variables) is declared there. This module imports nothing of tfemb, so
+  it names the interface here."""
+
+  @property
+  def interleaved_storage(self) -> Optional[Any]:
+    """The variable whose whole rows hold the view, or None."""
+
+
+def _storage(variable) -> Optional[Any]:
+  """The interleaved storage that holds `variable`, or None."""
+  return variable.interleaved_storage if isinstance(variable, View) else None
 
 
 def children(checkpointed: Dict[str, Any], tables: Tables,
@@ -32,11 +49,10 @@ def children(checkpointed: Dict[str, Any], tables: Tables,
             if id(child) not in views}
   for table, variables in tables.items():
     for slot, variable in variables.items():
-      if stacked is not None and not hasattr(variable, "interleaved_storage"):
+      if stacked is not None and _storage(variable) is None:
         result[f"_tables/{table}/{slot}"] = variable
   for table, variables in tables.items():
-    storage = getattr(variables.get("parameters"), "interleaved_storage",
-                      None)
+    storage = _storage(variables.get("parameters"))
     if storage is not None:
       result[f"_interleaved/{table}"] = storage
   return result

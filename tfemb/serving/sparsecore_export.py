@@ -22,8 +22,9 @@ from typing import Dict
 import tensorflow as tf
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import variable_view
 from tfemb.host import feeding
-from tfemb.host.variables import gather_rows
+from tfemb.host.row_reads import gather_rows
 from tfemb.sparsecore import combiner as combiner_lib
 from tfemb.sparsecore import input_rules
 
@@ -34,10 +35,10 @@ def is_stacked(engine) -> bool:
   return isinstance(engine, sparsecore_engine.TPUEmbeddingV2)
 
 
-class UnstackedTable:
+class UnstackedTable(variable_view.SavedValue):
   """One table's parameters in its own variable: the source of its
   `tfemb.serving.export.ServingTable`, read (only this table's rows and columns)
-  when the save writes it."""
+  when the save writes it (`saved_value`)."""
 
   def __init__(self, variable: tf.Variable, remap, dim: int):
     self._variable = variable

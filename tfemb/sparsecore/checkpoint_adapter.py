@@ -15,7 +15,9 @@ table_stacking`), as TensorFlow's `TpuEmbeddingV3CheckpointAdapter` does on
 a TPU. TensorFlow's adapter is not used here: it defers a slot under its
 parameters' name (so the slots do not restore) and names the tables of a
 stack by replacing substrings of checkpoint keys. The layouts a checkpoint
-was saved with are read by `tfemb.sparsecore.checkpoint_layouts`.
+was saved with are read by `tfemb.sparsecore.checkpoint_layouts`; what it
+refuses is refused as the first generation refuses it
+(`tfemb.checkpoint_refusals`).
 
 As with TensorFlow's adapter, the values are rearranged only while the
 variables are created: restore such a checkpoint before the first lookup or
@@ -30,8 +32,8 @@ from tensorflow.core.tpu.kernels import sparse_core_layout_pb2
 from tensorflow.python.checkpoint import checkpoint_adapter
 from tensorflow.python.trackable import trackable_utils
 
+from tfemb import checkpoint_refusals
 from tfemb import optimizers
-from tfemb.host import variables as variables_lib
 from tfemb.sparsecore import checkpoint_layouts
 from tfemb.sparsecore import combiner as combiner_lib
 from tfemb.sparsecore import table_stacking
@@ -127,10 +129,9 @@ class _Restack(checkpoint_adapter.ReshardCallback):
       expected = tuple(layout.unsharded_shape[:rank])
       got = held[layout.table_name]
       if got is not None and tuple(got) != expected:
-        raise ValueError(
-            f"Table {layout.table_name!r}{suffix}: expected shape "
-            f"{list(expected)} (vocabulary_size, dim); the checkpoint holds "
-            f"{list(got)}. Nothing was restored.")
+        raise checkpoint_refusals.wrong_shape(
+            layout.table_name, suffix, list(expected),
+            f"holds {list(got)}." + checkpoint_refusals.NOTHING_RESTORED)
 
   def _tables(self, values: Sequence[tf.Tensor]) -> Dict[str, tf.Tensor]:
     """The checkpoint's values as unstacked tables, by table name."""
@@ -162,11 +163,9 @@ class _Restack(checkpoint_adapter.ReshardCallback):
       table = tables[layout.table_name]
       expected = list(layout.unsharded_shape[:table.shape.rank])
       if table.shape.as_list() != expected:
-        raise ValueError(
-            f"Table {layout.table_name!r}"
-            f"{'/' + self._slot if self._slot else ''}: expected shape "
-            f"{expected} (vocabulary_size, dim); the checkpoint holds "
-            f"{table.shape.as_list()}.")
+        raise checkpoint_refusals.wrong_shape(
+            layout.table_name, "/" + self._slot if self._slot else "",
+            expected, f"holds {table.shape.as_list()}.")
       rows = layout_rows(layout, expected[0])
       if table.shape.rank == 2 and shape[1] > expected[1]:
         table = tf.concat(
@@ -303,17 +302,12 @@ class Adapter(checkpoint_adapter.AbstractCheckpointAdapter):
     names of the stacked variables themselves are accepted)."""
     if name in self._known:
       return
-    table, _, slot = name.partition("/")
-    if slot and table in {n.partition("/")[0] for n in self._known}:
-      raise ValueError(
-          f"The checkpoint holds slot {slot!r} of table {table!r}, which "
-          "this TPUEmbeddingV2's optimizer does not have: it was saved with "
-          "another optimizer.")
-    raise ValueError(
-        f"The checkpoint holds embedding table {table!r}, which this "
-        f"TPUEmbeddingV2 does not have (its tables: "
-        f"{sorted(self._stacking.tables)}): it was saved with another "
-        "configuration.")
+    slots: Dict[str, set] = {}
+    for known in self._known:
+      table, _, slot = known.partition("/")
+      slots.setdefault(table, set()).update([slot] if slot else [])
+    checkpoint_refusals.check_child(name, slots, "TPUEmbeddingV2",
+                                    tables=self._stacking.tables)
 
 
 def checked_adapter(path: str, stacking, store, stacked_tables,
@@ -336,7 +330,7 @@ def checked_adapter(path: str, stacking, store, stacked_tables,
                                                     shapes=store.shapes)
   # First what no restore could take (naming the table and shapes), then
   # what only a restore before the tables exist can.
-  variables_lib.check_checkpoint_nodes(
+  checkpoint_refusals.check_nodes(
       path, names,
       functools.partial(_check_combiner_weights, user_tables, check))
   if adapter is not None and built:

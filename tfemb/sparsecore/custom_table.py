@@ -14,10 +14,10 @@ import tensorflow as tf
 from tfemb import optimizers
 from tfemb import validation
 from tfemb.host import step
-from tfemb.host import tables as table_paths
+from tfemb.host import table_paths
 from tfemb.host.paths import Pending
 from tfemb.host.paths import TablePath
-from tfemb.host.variables import gather_rows
+from tfemb.host.row_reads import gather_rows
 
 
 def value_now(x) -> tf.Tensor:

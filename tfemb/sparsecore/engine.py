@@ -68,12 +68,15 @@ class TPUEmbeddingV2(core.Engine):
             f"output_shape=[batch_size]); got {feature.output_shape}.")
     applied_optimizer.check_weight_decay(config.tables)
     strategy = tf.distribute.get_strategy()
-    self._feature_config = feature_config
+    self._feature_config = config.given
     self._pipeline_execution_with_tensor_core = (
         pipeline_execution_with_tensor_core)
     self._sparse_core_embedding_config = sparse_core_embedding_config
     layout = stacked_layout.StackedLayout(
         config, strategy.num_replicas_in_sync, sparse_core_embedding_config)
+    # The core sees a `TableLayout`; the stacking, remaps and padding are
+    # the stacked layout's own, read here.
+    self._layout = data_structures.NoDependency(layout)
     self._core = data_structures.NoDependency(
         core.EngineCore(config, layout, strategy))
     self._table_config = layout.tables  # as TensorFlow's attribute
@@ -103,8 +106,8 @@ class TPUEmbeddingV2(core.Engine):
 
   # The core's: the stacking, the stacked views by stacked table, and the
   # tables' own variables by table.
-  _stacking = property(lambda self: self._core.layout.stacking)
-  _variables = property(lambda self: self._core.layout.views)
+  _stacking = property(lambda self: self._layout.stacking)
+  _variables = property(lambda self: self._layout.views)
   _tables = property(lambda self: self._core.tables)
 
   @property
@@ -124,7 +127,7 @@ class TPUEmbeddingV2(core.Engine):
     """`{user table name: (its own variables, where its ids sit in them)}`."""
     self._maybe_build()
     return {t.name: (dict(self._tables[t.name]),
-                     self._core.layout.remap(t.name))
+                     self._layout.remap(t.name))
             for t in self._core.config.tables}
 
   @property
@@ -182,7 +185,7 @@ class TPUEmbeddingV2(core.Engine):
         self._combiners, self._id_limits)
     batch = self._core.gather(feature_ids, lookups)
     preserved = Preserved(self, kept, batch)
-    trained = self._core.layout.step_config.tables
+    trained = self._layout.step_config.tables
     for t, (_, table_batch) in batch.tables.items():
       preserved.setdefault(trained[t].stacked_table_name, []).append(
           table_batch.unique_ids)
@@ -201,7 +204,7 @@ class TPUEmbeddingV2(core.Engine):
               for i, s in enumerate(shapes)]
     flat = self._core.activations(batch, list(range(len(config.features))),
                                   static)
-    flat = self._core.layout.unpadded(flat)
+    flat = self._layout.unpadded(flat)
     flat, rows = self._combiners.combine(flat, partitioned_tensors.kept,
                                          shapes)
     preserved = Preserved(partitioned_tensors.owner, partitioned_tensors.kept,
@@ -237,7 +240,7 @@ class TPUEmbeddingV2(core.Engine):
     more = self._combiners.backward(flat, preserved_outputs.kept,
                                     preserved_outputs.rows,
                                     self._core.output_shapes)
-    padded = self._core.layout.padded(flat)
+    padded = self._layout.padded(flat)
     self._core.apply(preserved_outputs.batch, padded, more, loss_scaled)
     preserved_outputs.applied.append(True)  # a refused step: not used up
 

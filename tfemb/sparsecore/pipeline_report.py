@@ -35,14 +35,12 @@ def _suggest(count: int) -> int:
 
 def _row_width(table, dim: int) -> int:
   """float32 values per stacked row: the row and each slot's (a
-  CustomOptimizer's 1-D slot, `slot_dims` 1, holds one value per row)."""
+  CustomOptimizer's 1-D slot, `optimizers.slot_dims` 1, holds one value
+  per row)."""
   opt = table.optimizer
   if opt is None:
     return dim
-  names = optimizers.slot_names(opt)
-  dims = list(getattr(opt, "slot_dims", ()) or ())
-  dims += [2] * (len(names) - len(dims))
-  return dim + sum(1 if d == 1 else dim for d in dims)
+  return dim + sum(1 if d == 1 else dim for d in optimizers.slot_dims(opt))
 
 
 def report(batches: Iterable[Any], feature_config: Any, num_tpu_chips: int,

@@ -4,7 +4,7 @@
 layout stacker, `tfemb.sparsecore.table_stacking`): each table is trained in its
 own variable of TensorFlow's padded shape, each id at the row the
 SparseCore keeps it in, and a checkpoint holds stacked views over them
-(`tfemb.sparsecore.stacked_variables`) under TensorFlow's names. This
+(`tfemb.sparsecore.stacked_variable`) under TensorFlow's names. This
 `TableLayout` gives `tfemb.host.core.EngineCore` those variables and each
 table's path (`CustomOptimizer`s included: `tfemb.sparsecore.custom_table`).
 """
@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from tfemb import resolution
 from tfemb.host import core
-from tfemb.host import tables as table_paths
+from tfemb.host import table_paths
 from tfemb.sparsecore import custom_table
 from tfemb.sparsecore import stacked_variables
 from tfemb.sparsecore import table_stacking

@@ -46,7 +46,7 @@ _Layout = sparse_core_layout_pb2.SparseCoreTableLayout
 
 
 @dataclasses.dataclass(frozen=True)
-class TableLayout:
+class PlacedTable:
   """Where one table lies in its stacked table.
 
   `layout` is TensorFlow's proto for it (`embedding_layouts[name]`; treat it
@@ -101,7 +101,7 @@ class Stacking:
   num_partitions: int
   num_sc_per_chip: int
   stacked_tables: Mapping[str, StackedTable]
-  tables: Mapping[str, TableLayout]
+  tables: Mapping[str, PlacedTable]
   feature_to_sample_offset: Mapping[str, int]
 
   @property
@@ -181,15 +181,15 @@ def _layouts(tables: Sequence[Any], features: Sequence[Tuple[str, Any]],
           for t in sorted_tables}
 
 
-def _table_layout(layout: _Layout, num_sparse_cores: int) -> TableLayout:
+def _placed_table(layout: _Layout, num_sparse_cores: int) -> PlacedTable:
   offset = layout.sparse_core_shard_row_offset
-  return TableLayout(layout.table_name, layout.stacked_table_name, layout,
+  return PlacedTable(layout.table_name, layout.stacked_table_name, layout,
                      *layout.unsharded_shape, *layout.unsharded_padded_shape,
                      offset, offset * num_sparse_cores,
                      layout.sparse_core_shard_rotation)
 
 
-def _stacked_table(name: str, tables: Sequence[TableLayout],
+def _stacked_table(name: str, tables: Sequence[PlacedTable],
                    sample_count: int, num_sparse_cores: int) -> StackedTable:
   """TensorFlow's variable: (sum of padded rows) x padded dim."""
   rows = sum(t.padded_vocabulary_size for t in tables)
@@ -228,7 +228,7 @@ def stack(tables: Sequence[Any],
                  sparse_core_embedding_config.disable_table_stacking)
   num_sc = num_partitions * num_sc_per_chip
   layouts = _layouts(tables, features, num_partitions, num_sc_per_chip, disable)
-  table_layouts = {n: _table_layout(l, num_sc) for n, l in layouts.items()}
+  table_layouts = {n: _placed_table(l, num_sc) for n, l in layouts.items()}
   by_stack = collections.defaultdict(list)
   for layout in table_layouts.values():
     by_stack[layout.stacked_table_name].append(layout)
@@ -293,7 +293,7 @@ def _table_row_parameters(stacking: Stacking, table_name: str):
 
 def table_rows(stacking: Stacking, table_name: str, ids: Any) -> tf.Tensor:
   """The rows of `ids` in the host's variable of `table_name` alone
-  (`tfemb.sparsecore.stacked_variables`): its rows of each SparseCore
+  (`tfemb.sparsecore.stacked_blocks`): its rows of each SparseCore
   shard of the stacked variable, shard after shard,
   `((ids mod N + rotation) mod N) * P + ids div N` with P the table's
   padded rows / N (TF ops, in the dtype of `ids`)."""

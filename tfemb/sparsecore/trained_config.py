@@ -9,7 +9,7 @@ dim]`: its rows of shard 0, then of shard 1, and so on
 (`table_stacking.table_rows`). So each table is trained as the first
 generation trains a table (its own variable, lock and update, a lookup
 waiting only for its own table's last update), and the stacked variable is
-a view over its tables' (`tfemb.sparsecore.stacked_variables`), read,
+a view over its tables' (`tfemb.sparsecore.stacked_variable`), read,
 assigned and saved in TensorFlow's layout.
 
 * `stacked_config`: one `TableConfig` per stacked table (TensorFlow's
@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from tfemb import initialization
 from tfemb import resolution
-from tfemb.host import tables as table_paths
+from tfemb.host import table_paths
 from tfemb.sparsecore import applied_optimizer
 from tfemb.sparsecore import table_stacking
 
@@ -46,7 +46,7 @@ def remap(stacking, table_name: str, vocabulary_size: int):
       functools.partial(table_stacking.table_rows, stacking, table_name))
 
 
-class TableInitializer:
+class TableInitializer(initialization.FillsInBlocks):
   """The initial value of a table's own variable: the table's initializer
   at the rows of its ids (`table_stacking.table_rows`), padding rows and columns
   zero.

@@ -30,18 +30,17 @@ from tfemb.tpu import delegate
 EmbeddingFeature = delegate.EmbeddingFeature
 
 
-def make_adapter(on_tpu, feature_config, optimizer, table_config_map,
-                 strategy, pipeline_execution_with_tensor_core=False,
+def make_adapter(on_tpu, config, optimizer, strategy,
+                 pipeline_execution_with_tensor_core=False,
                  embedding_feature=None, sparse_core_embedding_config=None
                  ) -> EngineAdapter:
   """The adapter for `strategy`: a host engine unless `on_tpu`.
 
   Args:
     on_tpu: the layer's `tfemb.tpu.delegate.on_tpu(strategy)`.
-    feature_config: the layer's resolved `FeatureConfig`s (named tables
-      with their optimizers: `tfemb.resolution`).
+    config: the layer's `tfemb.resolution.Resolved` configuration (named
+      tables with their optimizers), which the host engines take as it is.
     optimizer: the layer's embedding optimizer (or None).
-    table_config_map: `[(user TableConfig, layer's TableConfig)]`.
     strategy: the strategy the layer is created under.
     pipeline_execution_with_tensor_core: passed to the engine.
     embedding_feature: None (the TPU's) or the feature to use on a TPU.
@@ -51,16 +50,14 @@ def make_adapter(on_tpu, feature_config, optimizer, table_config_map,
     if (embedding_feature == EmbeddingFeature.V2 or
         sparse_core_embedding_config is not None):
       return HostV2Adapter.create(
-          feature_config, optimizer, table_config_map,
-          pipeline_execution_with_tensor_core, embedding_feature,
+          config, pipeline_execution_with_tensor_core, embedding_feature,
           sparse_core_embedding_config)
-    return HostAdapter.create(feature_config, optimizer, table_config_map,
-                              pipeline_execution_with_tensor_core,
+    return HostAdapter.create(config, pipeline_execution_with_tensor_core,
                               embedding_feature)
   feature = delegate.resolve_embedding_feature(strategy, embedding_feature)
   adapter = {EmbeddingFeature.V1: TPUV1Adapter,
              EmbeddingFeature.V2: TPUV2Adapter,
              EmbeddingFeature.UNSUPPORTED: TPUV0Adapter}[feature]
-  return adapter(feature_config, optimizer, table_config_map, strategy,
+  return adapter(config, optimizer, strategy,
                  pipeline_execution_with_tensor_core, feature,
                  sparse_core_embedding_config)

@@ -33,12 +33,11 @@ class EngineAdapter(abc.ABC):
   trains_in_backward = True
   serving_fallback = False
 
-  def __init__(self, feature_config, table_config_map, embedding_feature,
-               engine):
+  def __init__(self, config, embedding_feature, engine):
     self.embedding_feature = embedding_feature
     self.engine = engine
-    self._feature_config = feature_config
-    self._table_config_map = table_config_map
+    self._config = config  # the layer's `tfemb.resolution.Resolved`
+    self._feature_config = config.structure
 
   @abc.abstractmethod
   def build(self, input_shape, batch_size):
@@ -57,7 +56,7 @@ class EngineAdapter(abc.ABC):
   def embedding_tables(self):
     """The tables by the user's `TableConfig`s."""
     tables = self.serving_tables()
-    return {user: tables[ours] for user, ours in self._table_config_map}
+    return {user: tables[ours] for user, ours in self._config.user_pairs()}
 
   @abc.abstractmethod
   def embedding_variables(self):

@@ -21,11 +21,13 @@ class HostAdapter(EngineAdapter):
   serving_fallback = True  # inputs.serving_only: the serving class's rules
 
   @classmethod
-  def create(cls, feature_config, optimizer, table_config_map,
-             pipeline_execution_with_tensor_core, embedding_feature):
+  def create(cls, config, pipeline_execution_with_tensor_core,
+             embedding_feature):
+    # The engine takes the layer's resolved configuration as it is (its
+    # tables' optimizers included: no global optimizer to apply again).
     return cls(  # embedding_feature: kept, unused off TPU
-        feature_config, table_config_map, embedding_feature,
-        mid_level.TPUEmbedding(feature_config, optimizer,
+        config, embedding_feature,
+        mid_level.TPUEmbedding(config, None,
                                pipeline_execution_with_tensor_core))
 
   def build(self, input_shape, batch_size):
@@ -61,7 +63,7 @@ class HostAdapter(EngineAdapter):
 
   def embedding_variables(self):
     variables = self.engine.variables
-    return {user: variables[ours] for user, ours in self._table_config_map}
+    return {user: variables[ours] for user, ours in self._config.user_pairs()}
 
   @property
   def non_finite_gradients(self) -> str:
@@ -84,14 +86,13 @@ class HostV2Adapter(stacked.StackedTables, HostAdapter):
   serving_fallback = False  # the SparseCore's input rules
 
   @classmethod
-  def create(cls, feature_config, optimizer, table_config_map,
-             pipeline_execution_with_tensor_core, embedding_feature,
-             sparse_core_embedding_config):
-    stacked.check_output_shapes(feature_config)
+  def create(cls, config, pipeline_execution_with_tensor_core,
+             embedding_feature, sparse_core_embedding_config):
+    stacked.check_output_shapes(config.structure)
     return cls(
-        feature_config, table_config_map, embedding_feature,
+        config, embedding_feature,
         sparsecore_engine.TPUEmbeddingV2(
-            feature_config, optimizer, pipeline_execution_with_tensor_core,
+            config, None, pipeline_execution_with_tensor_core,
             sparse_core_embedding_config))
 
   def dropped_ids(self) -> Dict[str, int]:

@@ -18,18 +18,17 @@ class TPUAdapter(EngineAdapter):
   step the Keras-translated learning rates count, and the tables by
   name."""
 
-  def __init__(self, feature_config, optimizer, table_config_map, strategy,
+  def __init__(self, config, optimizer, strategy,
                pipeline_execution_with_tensor_core, embedding_feature,
                sparse_core_embedding_config):
-    tf_features = tf_conversion.to_tensorflow(feature_config)
+    tf_features = tf_conversion.to_tensorflow(config.structure)
     super().__init__(
-        feature_config, table_config_map, embedding_feature,
+        config, embedding_feature,
         delegate.make_tpu_embedding(
             tf_features, optimizer, pipeline_execution_with_tensor_core,
             strategy=strategy, embedding_feature=embedding_feature,
             sparse_core_embedding_config=sparse_core_embedding_config))
-    self._learning_rates = resolution.counting_learning_rates(
-        [ours for _, ours in table_config_map])
+    self._learning_rates = resolution.counting_learning_rates(config.tables)
 
   def _count_step(self):
     """After `apply_gradients`: Keras-translated learning rates count the
@@ -39,7 +38,7 @@ class TPUAdapter(EngineAdapter):
 
   def serving_tables(self):
     tables = {t.name: v for t, v in self.engine.embedding_tables.items()}
-    return {ours: tables[ours.name] for _, ours in self._table_config_map}
+    return {ours: tables[ours.name] for ours in self._config.tables}
 
   def embedding_variables(self):
     if not tf_internals.tpu_engine_built(self.engine):
@@ -48,7 +47,7 @@ class TPUAdapter(EngineAdapter):
           "creates them when the layer is built (its first call).")
     variables = tf_internals.tpu_engine_variables(self.engine)
     return {user: dict(variables[ours.name])
-            for user, ours in self._table_config_map}
+            for user, ours in self._config.user_pairs()}
 
 
 class TPUV1Adapter(TPUAdapter):
@@ -99,9 +98,9 @@ class TPUV2Adapter(stacked.StackedTables, TPUAdapter):
   """`TPUEmbeddingV2` (SparseCore): one call looks up, the preserved outputs
   go back with the gradients."""
 
-  def __init__(self, feature_config, *args, **kwargs):
-    stacked.check_output_shapes(feature_config)
-    super().__init__(feature_config, *args, **kwargs)
+  def __init__(self, config, *args, **kwargs):
+    stacked.check_output_shapes(config.structure)
+    super().__init__(config, *args, **kwargs)
 
   def lookup(self, features, weights, dummy, training):
     del training

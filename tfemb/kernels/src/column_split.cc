@@ -1,6 +1,6 @@
 // Saving an interleaved table without a second copy of it.
 //
-// An interleaved table (tfemb/interleaved_tables.py) is one variable of
+// An interleaved table (tfemb/interleaved_tables/) is one variable of
 // [rows, parts x width]: the parameters, then each slot. A checkpoint holds
 // each part as a [rows, width] tensor under TensorFlow's own key, and
 // TensorFlow's saver holds all of a checkpoint's tensors at once, so copying

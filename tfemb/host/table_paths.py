@@ -27,8 +27,8 @@ from tfemb.host import sparse_update
 from tfemb.host.paths import Member
 from tfemb.host.paths import Pending
 from tfemb.host.paths import TablePath
-from tfemb.host.variables import gather_rows
-from tfemb.host.variables import TableVariables
+from tfemb.host.row_reads import gather_rows
+from tfemb.host.table_store import TableVariables
 from tfemb.kernels import ops as kernel_ops
 
 
@@ -223,7 +223,6 @@ def training_path(table, variables: TableVariables, partitioned: bool,
                   options, remap: Optional[Remap] = None) -> _Path:
   """The path of `table`'s training steps: the fused kernels where they
   can take its variables, else TensorFlow's ops."""
-  if not partitioned and kernel_ops.usable(variables, table.optimizer,
-                                           options):
+  if kernel_ops.usable(variables, table.optimizer, partitioned, options):
     return FusedTable(table, variables, remap)
   return OpsTable(table, variables, remap, each_id=not partitioned)

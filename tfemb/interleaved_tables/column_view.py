@@ -1,59 +1,8 @@
-"""Interleaved tables: a table's slots beside its parameters, in one variable.
-
-A step looks a table's rows up and then updates them with their slots. With
-the parameters and each slot in variables of their own, the update goes to
-1 + slots other places in memory for every row; with all of them side by
-side in one `[rows, (1 + slots) x dim]` variable, the storage (the
-parameters first, then the slots in the optimizer's order), each row is one
-place, and a lookup's read of it can leave the page translation and the
-neighbouring lines for the update. That counts in a training step's order,
-where every table is looked up before any is updated and a row's lines are
-gone from the caches when its update comes (`experiments/layout.py --order`
-measures it).
-
-Everyone else still sees TensorFlow's variables: the parameters and each
-slot are a `ColumnView` of their columns of the storage, a `tf.Variable` of
-`[rows, dim]` with TensorFlow's name, read, assigned, differentiated
-(through `tf.gather`) and checkpointed under the same keys as a plain
-variable, so checkpoints move to and from TensorFlow's classes unchanged.
-A SavedModel holds the storage and, as variables of their own, the views'
-values (so twice the table's bytes); functions read the views with
-TensorFlow's ops only, so exported graphs load without tfemb.
-
-A checkpoint save would read every view, and columns cannot be read
-without a copy (TensorFlow's saver takes all of a checkpoint's tensors at
-once): that would need the tables' bytes a second time. Instead a save
-splits each table (`kernel_ops.split_columns`): its rows move into one
-contiguous block per view, the saver writes slices of the blocks, and the
-rows move back when the save is over, so saving takes no more memory than
-with separate variables.
-Restores write the views in place (`kernel_ops.write_columns`).
-
-Here, all of the layout:
-
-* `wanted`: which tables take it. It is the default for the tables that
-  can; the option `interleaved_slots=False` (`tfemb.options`) for the
-  engine that creates them keeps every table in variables of its own.
-* `create`: a table's storage and its views, as the host engine's
-  `TableStore` (`tfemb.host.variables`) creates a table's variables.
-* `ColumnView`, with its checkpoint save and restore and its SavedModel
-  export; `assign_value` and `assigned`, its assignment's checks and
-  result, which the SparseCore's stacked views share
-  (`tfemb.sparsecore.stacked_variables`).
-
-Its kernels are the fused kernels' entry points in `tfemb.kernels.ops`
-that know the layout: `read_columns`, `write_columns`, `split_columns` and
-`rejoin_columns` (a view's eager reads, writes and checkpoint save), and
-`dedup_gather`, `apply_rows` and `check_rows`, which take the whole row of
-the storage behind a view (their `row_width` and `interleaved`
-attributes). Their C++ is in `tfemb/kernels/`: `column_split.cc` (and
-`column_split.h`) the save's split (`TfembSplitColumns`,
-`TfembRejoinColumns`); `embedding_kernels.cc` the columns' reads and
-writes (`TfembReadColumns`, `TfembWriteColumns`) and the whole-row lookup
-and update (`TfembDedupGather`, `TfembApplyRows`, `TfembCheckRows`).
-"""
-
-from typing import Any, Callable, Dict, Optional, Sequence
+"""`ColumnView`: columns of an interleaved table's storage, as a variable of
+their own (`tfemb.interleaved_tables`): read, written in place, gathered
+and scattered, saved in a checkpoint under a plain variable's key and
+exported to a SavedModel. What it shares with the SparseCore's stacked
+views is `tfemb.variable_view.VariableView`."""
 
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
@@ -61,90 +10,9 @@ from tensorflow.python.trackable import base as trackable
 from tensorflow.python.training.saving import saveable_object  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.types import core  # pylint: disable=g-direct-tensorflow-import
 
-from tfemb import initialization
-from tfemb import optimizers
-from tfemb import options
-from tfemb.kernels import build as kernel_build
-from tfemb.kernels import ops as kernel_ops
 from tfemb import tf_internals
-
-
-def wanted(table, partitioned: bool,
-           opts: Optional[options.Options] = None) -> bool:
-  """Whether `table` is created interleaved (called under the strategy).
-
-  Tables with slots, on a single-replica CPU host (no distribution
-  strategy, no parameter-server sharding, no GPU), trained by a lazy rule
-  through the fused kernels, with TensorFlow's own slot creation, when
-  `opts` (default: the current options) has `interleaved_slots` and
-  `fused_kernels` on.
-  """
-  opts = options.get() if opts is None else opts
-  opt = table.optimizer
-  return (opts.interleaved_slots and optimizers.is_optimizer(opt) and
-          bool(optimizers.identify(opt).slots) and
-          opt.slot_variable_creation_fn is None and
-          getattr(opt, "lazy_adam", True) and not partitioned and
-          not tf.distribute.has_strategy() and
-          not tf.config.list_logical_devices("GPU") and
-          kernel_build.load(opts) is not None)
-
-
-def create(table, names: Sequence[str], initializers: Sequence[Any],
-           track: Callable[..., tf.Variable],
-           opts: options.Options) -> Dict[str, "ColumnView"]:
-  """The variables of `table`, a table `wanted`: its storage, and over it a
-  view for the parameters and one for each slot.
-
-  Args:
-    table: the resolved `TableConfig`.
-    names: its optimizer's slots, in its order (their columns' order).
-    initializers: theirs, in the same order.
-    track: `track(name, initializer, make, trainable=True)`: the owner's
-      child `name`, made when TensorFlow's tracking asks for it (with a
-      checkpoint's value as its initializer when a restore of it is
-      pending) by `make(name, dtype, initializer, trainable, blocks)`
-      (`blocks`: the rows of each block of its initialization, or None).
-    opts: the engine's options (for the storage's huge pages).
-
-  Returns:
-    The views by slot name, then "parameters" (a table's variables).
-  """
-  table_shape = (table.vocabulary_size, table.dim)
-  width = (1 + len(names)) * table.dim
-  # No child of the owner: a checkpoint holds the views, a SavedModel the
-  # storage too (`tfemb.serving.savedmodel`).
-  storage = tf.Variable(
-      initialization.uninitialized((table.vocabulary_size, width),
-                                   tf.float32),
-      shape=(table.vocabulary_size, width), dtype=tf.float32,
-      trainable=False, name=table.name + "/interleaved")
-  kernel_ops.advise_huge_pages(storage, opts)
-  # A view's columns, by the name TensorFlow gives the variable.
-  column = {table.name: 0}
-  column.update({f"{table.name}/{n}": k + 1 for k, n in enumerate(names)})
-
-  def view(name, dtype, initializer, trainable, blocks):
-    variable = ColumnView(storage, column[name] * table.dim, table.dim, name,
-                          trainable)
-    if blocks:
-      initialization.fill_in_blocks(variable.assign_rows, table_shape,
-                                    dtype, initializer, blocks)
-    else:
-      variable.assign(initializer(table_shape, dtype=dtype),
-                      read_value=False)
-    if initialization.is_restored(initializer):  # not restored again
-      tf_internals.mark_restored(variable, initializer.restore_uid)
-    return variable
-
-  parameters = track(table.name, table.initializer, view)
-  views = {name: track(f"{table.name}/{name}", init, view, trainable=False)
-           for name, init in zip(names, initializers)}
-  views["parameters"] = parameters
-  return views
-
-
-# --- ColumnView: columns of the storage, as a variable of their own ---------
+from tfemb import variable_view
+from tfemb.kernels import ops as kernel_ops
 
 
 def _row_scatter(method: str):
@@ -177,7 +45,7 @@ def _storage_attribute(attribute: str) -> property:
                   doc=f"The storage's `{attribute}`.")
 
 
-class ColumnView(tf.Variable, core.Tensor):
+class ColumnView(variable_view.VariableView, tf.Variable, core.Tensor):
   """Columns `[begin, begin + dim)` of `storage`, as a `[rows, dim]` variable.
 
   Eager reads copy just these columns (in a function, stock ops read the
@@ -187,7 +55,8 @@ class ColumnView(tf.Variable, core.Tensor):
   `[rows, dim]` variable; the scatter methods of `tf.Variable`
   (`scatter_update`, `scatter_add`, ..., `scatter_nd_update`, ...) write
   the elements they name, in place, by TensorFlow's element scatters on
-  the storage.
+  the storage. Its name, reads as a tensor or an array, `assign` and
+  asynchronous checkpoint copy are a `VariableView`'s.
   """
 
   def __init__(self, storage: tf.Variable, begin: int, dim: int, name: str,
@@ -202,7 +71,8 @@ class ColumnView(tf.Variable, core.Tensor):
 
   @property
   def interleaved_storage(self) -> tf.Variable:
-    """The variable that holds the whole table (for the fused kernels)."""
+    """The variable that holds the whole table (for the fused kernels and
+    a SavedModel)."""
     return self._storage
 
   def _should_act_as_resource_variable(self):
@@ -211,10 +81,6 @@ class ColumnView(tf.Variable, core.Tensor):
   @property
   def handle(self):
     return self._storage.handle
-
-  @property
-  def name(self) -> str:
-    return self._view_name + ":0"
 
   @property
   def _shared_name(self) -> str:
@@ -227,9 +93,6 @@ class ColumnView(tf.Variable, core.Tensor):
   @property
   def shape(self) -> tf.TensorShape:
     return tf.TensorShape([self._storage.shape[0], self._dim])
-
-  def get_shape(self) -> tf.TensorShape:
-    return self.shape
 
   def set_shape(self, shape):
     if not self.shape.is_compatible_with(shape):
@@ -272,13 +135,7 @@ class ColumnView(tf.Variable, core.Tensor):
       return kernel_ops.read_columns(self._storage, self._begin, self._dim)
     return self._storage.read_value()[:, self._begin:self._begin + self._dim]
 
-  def read_value(self) -> tf.Tensor:
-    return self.value()
-
-  read_value_no_copy = read_value
-
-  def numpy(self):
-    return self.value().numpy()
+  read_value_no_copy = variable_view.VariableView.read_value
 
   def __array__(self, dtype=None, copy=None):
     # numpy 2's protocol: the columns live inside a wider table, so an array
@@ -286,13 +143,7 @@ class ColumnView(tf.Variable, core.Tensor):
     if copy is False:
       raise ValueError(f"{self.name}: a column view's values are always "
                        "copied out of its table; use copy=None or True.")
-    return self.numpy() if dtype is None else self.numpy().astype(dtype)
-
-  def _dense_var_to_tensor(self, dtype=None, name=None, as_ref=False):
-    del name, as_ref
-    if dtype is not None and dtype != self.dtype:
-      raise ValueError(f"{self.name} is {self.dtype.name}, not {dtype}")
-    return self.value()
+    return super().__array__(dtype)
 
   def sparse_read(self, indices, name=None):
     del name
@@ -327,16 +178,9 @@ class ColumnView(tf.Variable, core.Tensor):
     """Writes `rows` into rows [start, start + len(rows)), in place."""
     return self._write(tf.convert_to_tensor(rows, self.dtype), start)
 
-  def assign(self, value, use_locking=None, name=None, read_value=True):
-    del use_locking, name
-    return assigned(self, self._write(assign_value(self, value), 0),
-                    read_value)
-
-  def assign_add(self, delta, use_locking=None, name=None, read_value=True):
-    return self.assign(self.value() + delta, read_value=read_value)
-
-  def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
-    return self.assign(self.value() - delta, read_value=read_value)
+  def _write_value(self, value: tf.Tensor):
+    """`assign`'s write: every row."""
+    return self._write(value, 0)
 
   # --- scatters: element updates of the storage at the view's columns ---
 
@@ -440,36 +284,11 @@ class ColumnView(tf.Variable, core.Tensor):
     return self.assign(restored_tensors[trackable.VARIABLE_VALUE_KEY],
                        read_value=False)
 
-  def _copy_trackable_to_cpu(self, object_map):
-    """An async save's copy (`tf.train.CheckpointOptions(
-    experimental_enable_async_checkpoint=True)`): a `[rows, dim]` variable
-    made at the first such save, into which every save copies the columns
-    (tfemb's op: no copy of the whole storage) before training goes on; the
-    save's thread writes the copy, as it does for TensorFlow's variables."""
-    if self not in object_map:
-      object_map[self] = resource_variable_ops.UninitializedVariable(
-          trainable=self.trainable, shape=self.shape, dtype=self.dtype,
-          name=self._shared_name)
-    object_map[self].assign(
-        kernel_ops.read_columns(self._storage, self._begin, self._dim))
-
-
-def assign_value(variable, value) -> tf.Tensor:
-  """`value` to assign to a view-like `variable`: of its dtype, and of its
-  shape, or refused as `tf.Variable.assign` refuses it."""
-  value = tf.convert_to_tensor(value, variable.dtype)
-  if not value.shape.is_compatible_with(variable.shape):
-    raise ValueError(f"Cannot assign a value of shape {value.shape} to "
-                     f"{variable.name} of shape {variable.shape}.")
-  return value
-
-
-def assigned(variable, op, read_value: bool):
-  """What `assign` returns once `op` wrote it: the new value, or `op`."""
-  if read_value:
-    with tf.control_dependencies([op]):
-      return variable.value()
-  return op
+  def _copy_value(self) -> tf.Tensor:
+    """An async save's copy of the columns (`VariableView.
+    _copy_trackable_to_cpu`), by tfemb's op: no copy of the whole
+    storage."""
+    return kernel_ops.read_columns(self._storage, self._begin, self._dim)
 
 
 tf.register_tensor_conversion_function(ColumnView,

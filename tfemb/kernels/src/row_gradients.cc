@@ -1,0 +1,123 @@
+// TfembRowGradients: per-id gradients -> one summed gradient per distinct
+// row (in the order of the ids, as unsorted_segment_sum) and whether it is
+// finite (or an error naming the table).
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+#include "row_loops.h"
+
+namespace tfemb {
+namespace {
+
+using ::tensorflow::DEVICE_CPU;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+using ::tensorflow::shape_inference::DimensionHandle;
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+absl::Status RowGradientsShape(InferenceContext* c) {
+  ShapeHandle grads, positions, unique_ids;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &grads));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &positions));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &unique_ids));
+  DimensionHandle n;
+  TF_RETURN_IF_ERROR(c->Merge(c->Dim(grads, 0), c->Dim(positions, 0), &n));
+  c->set_output(0, c->Matrix(c->Dim(unique_ids, 0), c->Dim(grads, 1)));
+  c->set_output(1, c->Scalar());
+  return absl::OkStatus();
+}
+
+inline void AddRow(float* __restrict row, const float* __restrict g,
+                   int64_t dim) {
+  for (int64_t d = 0; d < dim; ++d) row[d] += g[d];
+}
+
+// No NaN or Inf: the exponent bits of a float are all ones exactly then.
+inline bool AllFinite(const float* x, int64_t n) {
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(x);
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    bad |= static_cast<uint32_t>((bits[i] & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+class RowGradientsOp : public OpKernel {
+ public:
+  explicit RowGradientsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &table_name_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("raise_non_finite", &raise_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& grads = ctx->input(0);
+    const Tensor& positions = ctx->input(1);
+    const int64_t u = ctx->input(2).NumElements();
+    OP_REQUIRES(ctx,
+                grads.dims() == 2 && positions.dims() == 1 &&
+                    ctx->input(2).dims() == 1 &&
+                    grads.dim_size(0) == positions.dim_size(0),
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Table `", table_name_, "`: gradients ",
+                    grads.shape().DebugString(), " do not match the ",
+                    positions.NumElements(), " ids looked up.")));
+    const int64_t n = grads.dim_size(0), dim = grads.dim_size(1);
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u, dim}), &out));
+    float* sums = out->flat<float>().data();
+    std::fill(sums, sums + u * dim, 0.0f);
+    const float* g = grads.flat<float>().data();
+    const int64_t* pos = positions.flat<int64_t>().data();
+    for (int64_t i = 0; i < n; ++i) {
+      OP_REQUIRES(ctx, pos[i] >= 0 && pos[i] < u,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "Table `", table_name_, "`: position ", pos[i],
+                      " outside [0, ", u, ") (the distinct ids)")));
+    }
+    WithWidth(dim, [&](auto width) {
+      const int64_t w = Width<decltype(width)::value>(dim);
+      for (int64_t i = 0; i < n; ++i) AddRow(sums + pos[i] * w, g + i * w, w);
+    });
+    const bool finite = AllFinite(sums, u * dim);
+    OP_REQUIRES(ctx, finite || !raise_,
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Table `", table_name_,
+                    "`: non-finite (NaN or Inf) embedding gradient; no table "
+                    "was updated.")));
+    Tensor* ok = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &ok));
+    ok->scalar<bool>()() = finite;
+  }
+
+ private:
+  std::string table_name_;
+  bool raise_;
+};
+
+}  // namespace
+
+REGISTER_OP("TfembRowGradients")
+    .Input("gradients: float")
+    .Input("positions: int64")
+    .Input("unique_ids: int64")
+    .Output("row_gradients: float")
+    .Output("finite: bool")
+    .Attr("table_name: string")
+    .Attr("raise_non_finite: bool")
+    .SetShapeFn(RowGradientsShape);
+
+
+REGISTER_KERNEL_BUILDER(Name("TfembRowGradients").Device(DEVICE_CPU),
+                        RowGradientsOp);
+
+}  // namespace tfemb
