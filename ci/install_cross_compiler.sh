@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Debian's C++ cross compiler for aarch64 (g++-aarch64-linux-gnu),
-# with which tests/test_kernel_builds.py compiles the kernels for ARM.
+# with which tests/kernels/test_kernel_builds.py compiles the kernels for ARM.
 # Needs root and apt-get; elsewhere it says so and the test is skipped
 # (except under CI=true, where it fails). ci/test.sh calls this.
 set -uo pipefail

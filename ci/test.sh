@@ -18,7 +18,7 @@
 # VERSION` runs everything on any version.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-# aarch64's cross compiler, for tests/test_kernel_builds.py: apt-get
+# aarch64's cross compiler, for tests/kernels/test_kernel_builds.py: apt-get
 # installs it while pip installs the Python side.
 cross_log="$(mktemp)"
 bash ci/install_cross_compiler.sh > "$cross_log" 2>&1 &
@@ -56,16 +56,16 @@ if [ "$rc" -ne 0 ]; then
 fi
 source ci/setup_tf_version.sh "$oldest" "$keras_min"  # installed: sets TF_VENV
 run_passes "$TF_VENV/bin/python" tests \
-  --ignore-glob='tests/test_benchmark_*' \
-  --ignore=tests/test_interrupted_training.py \
-  --ignore=tests/test_multi_worker.py \
-  --ignore=tests/test_parameter_server.py \
-  --ignore=tests/test_cluster.py \
+  --ignore=tests/benchmarks \
+  --ignore=tests/layers/test_interrupted_training.py \
+  --ignore=tests/strategies/test_multi_worker.py \
+  --ignore=tests/strategies/test_parameter_server.py \
+  --ignore=tests/strategies/test_cluster.py \
   --ignore=tests/test_model_garden.py \
-  --ignore=tests/test_migrate_cli.py \
-  --ignore=tests/test_kernel_builds.py \
-  --ignore=tests/test_mirrored.py \
-  --deselect=tests/test_kernels.py::test_a_fresh_cache_builds_the_kernels_and_uses_them \
+  --ignore=tests/migrate/test_migrate_cli.py \
+  --ignore=tests/kernels/test_kernel_builds.py \
+  --ignore=tests/strategies/test_mirrored.py \
+  --deselect=tests/kernels/test_kernels.py::test_a_fresh_cache_builds_the_kernels_and_uses_them \
   --deselect=tests/test_tutorials.py::test_custom_training_loop \
   --deselect=tests/test_tutorials.py::test_tfrs_tutorial_under_keras_2 \
   --deselect=tests/test_tutorials.py::test_multi_worker_tutorial_launches_two_workers

@@ -4,7 +4,7 @@
 #
 #   bash ci/test_tf_version.sh 2.18             # every test
 #   KERAS=3.6.0 bash ci/test_tf_version.sh 2.16 # with that Keras 3
-#   bash ci/test_tf_version.sh 2.16 tests/test_training.py   # some tests
+#   bash ci/test_tf_version.sh 2.16 tests/host/test_training.py   # some tests
 #
 # The supported range is OLDEST to NEWEST in tfemb/tf_versions.py.
 set -euo pipefail

@@ -12,6 +12,10 @@ import tensorflow as tf
 
 from tfemb import tf_versions
 
+# tests/ itself: the test modules, in folders that mirror tfemb/, import the
+# helper modules (reference, helpers, ...) and the workers package from
+# here. The folders have no __init__.py, so each test module's name is its
+# file's: they must stay distinct across folders.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 NUM_LOGICAL_CPUS = 4
@@ -43,7 +47,7 @@ os.environ["PYTHONWARNINGS"] = ",".join(
 
 # Reads TensorFlow's SparseCore internals at import (2.17 on).
 collect_ignore = ([] if tf_versions.at_least(tf_versions.STACKER_ADDED_IN)
-                  else ["test_sparsecore_layout.py"])
+                  else ["sparsecore/test_sparsecore_layout.py"])
 
 
 # ci/passes.sh runs the suite twice: under Keras 3 and under tf_keras.

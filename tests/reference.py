@@ -8,7 +8,7 @@ Python: per example, a list of ids and a list of weights.
 import numpy as np
 
 
-# --- forward --------------------------------------------------------------
+# --- forward -----------------------------------------------------------------
 
 def combine(table, rows, combiner, weights=None):
   """One combined row per example: sum of w*e, divided as the combiner says."""
@@ -98,7 +98,7 @@ def positional_gradients(table, rows, weights, valency, grad):
   return pairs, weight_grads
 
 
-# --- the update -------------------------------------------------------------
+# --- the update --------------------------------------------------------------
 
 def _clip(x, lo, hi):
   if lo is not None:
@@ -214,12 +214,28 @@ class Table:
         self.slots[k][i] = v
 
 
+
+# --- the SparseCore's stacked layout -----------------------------------------
+
+def stacked_rows(vocabulary_size, num_sparse_cores, rotation, rows_per_shard,
+                 row_offset):
+  """docs/sparsecore.md, "Stacked tables and checkpoints": the row of its
+  stacked variable where each id of a table sits. With N SparseCores, the
+  table's rotation r, T rows per SparseCore shard and the table's offset o
+  in each shard, id i sits in shard (i mod N + r) mod N, at row o + i div N
+  of that shard:
+
+    row(i) = ((i mod N + r) mod N) * T + o + i div N"""
+  i = np.arange(vocabulary_size)
+  n = num_sparse_cores
+  return ((i % n + rotation) % n) * rows_per_shard + row_offset + i // n
+
 # --- a CustomOptimizer's computation -----------------------------------------
 
 def row_norm_adagrad(table, seen, grads, lr):
   """The tests' row-norm `CustomOptimizer` (`_row_norm_slot` in
-  tests/test_sparsecore_engine.py): Adagrad (docs/numerics.md, 'Adagrad')
-  with one accumulator per row, a slot of `slot_dims` 1
+  tests/sparsecore/test_sparsecore_engine.py): Adagrad (docs/numerics.md,
+  'Adagrad') with one accumulator per row, a slot of `slot_dims` 1
   (docs/sparsecore.md, `CustomOptimizer`). It runs on the touched rows,
   each with its summed gradient `g`:
 
@@ -238,11 +254,29 @@ def row_norm_adagrad(table, seen, grads, lr):
 
 # --- a Keras head ------------------------------------------------------------
 
+def mean_squared_error(labels, predictions):
+  """Keras's "mse": the mean over the batch of (label - prediction)^2."""
+  return np.mean((np.asarray(labels) - np.asarray(predictions)) ** 2)
+
+
 def linear_head_step(x, kernel, labels, lr):
   """A Dense(1) head without bias (`kernel`: `[features, 1]`) on `x`,
-  trained one step by SGD on the mean squared error (Keras's "mse": the mean
-  over the batch of (label - prediction)^2). Returns (the loss, the kernel
-  after the step)."""
+  trained one step by SGD on the mean squared error (`mean_squared_error`).
+  Returns (the loss, the kernel after the step)."""
   pred = (x @ kernel)[:, 0]
-  loss = np.mean((labels - pred) ** 2)
+  loss = mean_squared_error(labels, pred)
   return loss, kernel - lr * x.T @ (2 * (pred - labels) / len(labels))[:, None]
+
+
+# --- an exported ranking model -----------------------------------------------
+
+def ranking_predictions(tables, features, head):
+  """The export tests' ranking model (tests/exports.py) on `features`: per
+  example, row `features["user"]` of table "users" and row
+  `features["item"][:, 0]` of table "items" side by side (`tables`: by
+  name), through a Dense(1) head (`head`: its kernel `[dims, 1]` and
+  bias)."""
+  kernel, bias = head
+  act = np.concatenate([tables["users"][features["user"]],
+                        tables["items"][features["item"][:, 0]]], axis=1)
+  return act @ kernel + bias

@@ -9,13 +9,13 @@ import inspect
 import pytest
 import tensorflow as tf
 
+import helpers
 import tfemb
 from tfemb import tf_versions
 
 tf_emb = tf.tpu.experimental.embedding
 CLASSES = ["SGD", "Adagrad", "AdagradMomentum", "Adam", "FTRL", "TableConfig",
            "FeatureConfig", "QuantizationConfig"]
-OPTIMIZERS = ["SGD", "Adagrad", "AdagradMomentum", "Adam", "FTRL"]
 
 
 @pytest.mark.parametrize("name", CLASSES)
@@ -30,7 +30,7 @@ def test_signature_matches_tensorflow(name):
     assert ours[p].default == theirs[p].default, p
 
 
-@pytest.mark.parametrize("name", OPTIMIZERS)
+@pytest.mark.parametrize("name", helpers.OPTIMIZER_CLASSES)
 def test_defaults_match_tensorflow(name):
   ours, theirs = getattr(tfemb, name)(), getattr(tf_emb, name)()
   assert vars(ours) == vars(theirs)

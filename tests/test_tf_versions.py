@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import helpers
 import reference
 import tfemb
 from tfemb import sparsecore_backports
@@ -20,7 +21,6 @@ from tfemb import tf_conversion
 from tfemb import tf_versions
 from tfemb.layers import keras_versions
 from tfemb.tpu import delegate
-from test_sparsecore_configs import sgd_computation
 from tpu_stand_in import EmbeddingFeature
 from tpu_stand_in import StandInTPUStrategy
 from tpu_stand_in import use_strategy
@@ -105,7 +105,7 @@ def test_a_table_dtype_converts_where_tensorflow_has_it():
 
 def _backport_optimizer(**kwargs):
   return sparsecore_backports.CustomOptimizer(
-      sgd_computation, learning_rate=0.3, slot_names=["v"],
+      helpers.sgd_computation, learning_rate=0.3, slot_names=["v"],
       slot_initializers=[tf.zeros_initializer()], hyperparameters=[0.5],
       **kwargs)
 
@@ -120,7 +120,7 @@ def test_a_backported_custom_optimizer_converts_where_tensorflow_has_it():
     return
   converted = tfemb.to_tensorflow(optimizer)
   assert type(converted) is tf_embedding.CustomOptimizer
-  assert converted.custom_computation is sgd_computation
+  assert converted.custom_computation is helpers.sgd_computation
   assert converted.learning_rate == 0.3
   assert converted._slot_names() == ["v"]
   assert converted.hyperparameters == (0.5,)
@@ -145,7 +145,7 @@ def test_tensorflows_own_custom_optimizer_trains_a_v2_table(release):
   another release: recognised by name, whatever the class object."""
   cls = (tf_embedding.CustomOptimizer if release == "installed" else
          _another_release("CustomOptimizer"))
-  optimizer = cls(sgd_computation, learning_rate=0.5)
+  optimizer = cls(helpers.sgd_computation, learning_rate=0.5)
   assert tfemb.optimizers.is_custom(optimizer)
   table = tfemb.TableConfig(8, 4, initializer=tf.ones_initializer(),
                             name="t")
@@ -275,11 +275,11 @@ def test_the_backported_custom_optimizer_checks_as_2_21(kwargs):
   """Its errors are 2.21's (compared where the installed TensorFlow has
   2.21's class; else with 2.21's messages)."""
   with pytest.raises(ValueError) as ours:
-    sparsecore_backports.CustomOptimizer(sgd_computation, **kwargs)
+    sparsecore_backports.CustomOptimizer(helpers.sgd_computation, **kwargs)
   theirs = tf_versions.newest_class("CustomOptimizer")
   if theirs is not None:
     with pytest.raises(ValueError) as error:
-      theirs(sgd_computation, **kwargs)
+      theirs(helpers.sgd_computation, **kwargs)
     assert str(ours.value) == str(error.value)
   assert "must match" in str(ours.value) or "Unsupported slot dim '3'" in str(
       ours.value)
@@ -288,13 +288,13 @@ def test_the_backported_custom_optimizer_checks_as_2_21(kwargs):
 def test_the_backported_custom_combiner_checks_as_2_21():
   with pytest.raises(ValueError, match="When `num_weights` is greater than "
                      "0, `initializer` must be set."):
-    sparsecore_backports.CustomCombiner(sgd_computation, max_valency=4,
+    sparsecore_backports.CustomCombiner(helpers.sgd_computation, max_valency=4,
                                         num_weights=2)
   combiner = sparsecore_backports.CustomCombiner(
-      sgd_computation, max_valency=4, num_weights=2,
+      helpers.sgd_computation, max_valency=4, num_weights=2,
       initializer=tf.zeros_initializer())
   assert combiner._slot_names() == ["custom_combiner_variables"]
-  assert str(combiner) == f"custom_combiner_{hash(sgd_computation)}"
+  assert str(combiner) == f"custom_combiner_{hash(helpers.sgd_computation)}"
 
 
 def test_tpu_embedding_v2_on_the_host_needs_tensorflows_stacker():

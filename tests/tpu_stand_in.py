@@ -6,13 +6,18 @@ only what the TPU embedding engines read at construction: `extended`
 (`tpu_hardware_feature`, `num_hosts`, `worker_devices`,
 `_device_assignment`) and `num_replicas_in_sync`. `use_strategy` makes it
 the current strategy for `tf.distribute.get_strategy()` and for TensorFlow's
-engines (which call `distribute_lib.get_strategy()`).
+engines (which call `distribute_lib.get_strategy()`). `assert_same_fields`
+checks the configs and optimizers tfemb hands those engines.
 """
 
 import types
 
 import tensorflow as tf
 from tensorflow.python.distribute import distribute_lib  # pylint: disable=g-direct-tensorflow-import
+
+from tfemb import configs
+from tfemb import optimizers
+from tfemb import tf_versions
 
 EmbeddingFeature = tf.tpu.experimental.HardwareFeature.EmbeddingFeature
 
@@ -54,3 +59,23 @@ def use_strategy(monkeypatch, strategy):
   """Makes `strategy` the current strategy for tfemb and TensorFlow."""
   monkeypatch.setattr(tf.distribute, "get_strategy", lambda: strategy)
   monkeypatch.setattr(distribute_lib, "get_strategy", lambda: strategy)
+
+
+_TFEMB_CLASSES = (configs.FeatureConfig, configs.TableConfig,
+                  configs.QuantizationConfig, optimizers._Optimizer)  # pylint: disable=protected-access
+
+
+def assert_same_fields(ours, theirs, where):
+  """`theirs` is TensorFlow's class of `ours`'s name, with every field equal
+  (tfemb objects inside compared the same way)."""
+  assert type(theirs).__module__.startswith("tensorflow."), where
+  assert type(theirs).__name__ == type(ours).__name__, where
+  for field, value in vars(ours).items():
+    if f"{type(ours).__name__}.{field}" in tf_versions.missing_here():
+      assert field not in vars(theirs), where  # this TensorFlow has none
+      continue
+    other = vars(theirs)[field]
+    if isinstance(value, _TFEMB_CLASSES):
+      assert_same_fields(value, other, f"{where}.{field}")
+    else:
+      assert other is value or other == value, (where, field, value, other)

@@ -32,8 +32,9 @@ Adding an optimizer takes:
      read it, and the kernels' build generates the C++ rule table from it;
   2. its C++ row rule, `RuleRow<Name>` in tfemb/kernels/src/update_rules.h;
   3. its numpy reference, in tests/reference.py;
-  4. its tests: a case in tests/test_training.py's `OPTIMIZERS`, which the
-     training, kernel, width, layout and mirrored tests run.
+  4. its tests: a case in tests/helpers.py's `OPTIMIZERS`, the tests' one
+     table of optimizers, which the training, kernel, width and layout
+     tests run.
 """
 
 import contextlib

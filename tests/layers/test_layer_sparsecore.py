@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import reference
 import tfemb
 import tfemb.layers
 from tfemb.sparsecore import table_stacking
@@ -43,10 +44,11 @@ def _fit(**layer_kwargs):
 
 
 def _expected(clip):
-  w = INIT.astype(np.float64).copy()
-  for i, count in ((1, 2), (4, 1), (7, 1)):  # the summed gradient of each row
-    w[i] -= 0.5 * np.clip(np.full(4, float(count)), -clip, clip)
-  return w
+  """SGD(0.5) on the summed gradient of each row, clipped to `clip`."""
+  table = reference.Table(INIT, "sgd", {"clip_gradient": (-clip, clip)})
+  table.apply({i: np.full(4, float(count))
+               for i, count in ((1, 2), (4, 1), (7, 1))}, 0.5)
+  return table.w
 
 
 @pytest.mark.requires_tensorflow("2.17")  # the SparseCore host engine

@@ -21,9 +21,9 @@ from tensorflow.python.tpu import tpu_embedding_base  # pylint: disable=g-direct
 import reference
 import tfemb
 import tfemb.layers
-from test_tpu_delegate import _assert_same_fields
 from tfemb import host as host_engine
 from tfemb import tf_versions
+from tpu_stand_in import assert_same_fields
 from tpu_stand_in import EmbeddingFeature
 from tpu_stand_in import StandInTPUStrategy
 from tpu_stand_in import use_strategy
@@ -274,7 +274,7 @@ def test_configs_handed_over_equal_the_users_field_by_field(
   engine = layer._tpu_embedding  # pylint: disable=protected-access
   handed_config, handed_optimizer = engine.handed[:2]
   tf.nest.assert_same_structure(handed_config, feature_config)
-  _assert_same_fields(optimizer, handed_optimizer, "optimizer")
+  assert_same_fields(optimizer, handed_optimizer, "optimizer")
   for ours, theirs in zip(tf.nest.flatten(feature_config),
                           tf.nest.flatten(handed_config)):
     assert type(theirs) is tf_embedding.FeatureConfig
@@ -285,10 +285,10 @@ def test_configs_handed_over_equal_the_users_field_by_field(
     assert type(table) is tf_embedding.TableConfig
     for field, value in vars(ours.table).items():
       if field == "optimizer":  # without its own: the layer's
-        _assert_same_fields(value or optimizer, table.optimizer,
+        assert_same_fields(value or optimizer, table.optimizer,
                             f"{ours.table.name}.optimizer")
       elif field == "quantization_config" and value is not None:
-        _assert_same_fields(value, table.quantization_config,
+        assert_same_fields(value, table.quantization_config,
                             f"{ours.table.name}.quantization_config")
       elif f"TableConfig.{field}" in tf_versions.missing_here():
         assert field not in vars(table)  # this TensorFlow has no such field

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import helpers
 import reference
 import tfemb
 import tfemb.layers
@@ -26,8 +27,7 @@ RNG = np.random.default_rng(5)
 INIT = RNG.normal(size=(VOCAB, DIM))
 IDS = RNG.integers(0, VOCAB, size=(BATCH * STEPS, 1))
 TARGET = RNG.normal(size=(BATCH * STEPS, DIM)).astype(np.float32)
-OPTIMIZERS = {"sgd": (tfemb.SGD, {}),
-              "adagrad": (tfemb.Adagrad, {"initial_accumulator_value": 0.1})}
+CASES = ("sgd", "adagrad")  # of tests/helpers.py's OPTIMIZERS
 ENGINES = {"v1": {},
            "v2": {"embedding_feature": tf.tpu.experimental.HardwareFeature
                   .EmbeddingFeature.V2}}
@@ -55,14 +55,13 @@ def product_loss(y_true, y_pred):
 def train(kind, engine, policy_name, scale=SCALE, target=TARGET):
   """Fits a model whose output is the embedding activations; returns the
   layer and the model."""
-  cls, params = OPTIMIZERS[kind]
   with policy(policy_name):
     table = tfemb.TableConfig(VOCAB, DIM, name="t",
                               initializer=tf.constant_initializer(INIT))
     feature = tfemb.FeatureConfig(
         table, name="f", output_shape=[BATCH] if engine == "v2" else None)
     layer = tfemb.layers.TPUEmbedding(
-        {"f": feature}, cls(learning_rate=0.5, **params), **ENGINES[engine])
+        {"f": feature}, helpers.optimizer(kind), **ENGINES[engine])
     ids = keras.Input(shape=(1,), batch_size=BATCH, dtype=tf.int32, name="f")
     # The trap weight is the model's only weight: Keras sees the tables'
     # gradients through it alone.
@@ -78,13 +77,12 @@ def train(kind, engine, policy_name, scale=SCALE, target=TARGET):
 
 
 def expected_table(kind):
-  _, params = OPTIMIZERS[kind]
-  ref = reference.Table(INIT, kind, params)
+  ref = reference.Table(INIT, *helpers.reference_optimizer(kind))
   for s in range(STEPS):
     rows = IDS[s * BATCH:(s + 1) * BATCH]
     grad = TARGET[s * BATCH:(s + 1) * BATCH] / BATCH
-    ref.apply(reference.row_gradients(
-        reference.contributions(rows, "mean", grad)), 0.5)
+    ref.apply(reference.row_gradients(reference.contributions(
+        rows, "mean", grad)), ref.params["learning_rate"])
   return ref
 
 
@@ -103,7 +101,7 @@ def table_of(layer):
 
 
 @pytest.mark.parametrize("engine", ENGINE_PARAMS)
-@pytest.mark.parametrize("kind", list(OPTIMIZERS))
+@pytest.mark.parametrize("kind", CASES)
 def test_mixed_float16_trains_the_tables_on_the_unscaled_gradient(kind,
                                                                   engine):
   layer, model = train(kind, engine, "mixed_float16")
@@ -137,13 +135,12 @@ def test_a_step_with_non_finite_scaled_gradients_is_skipped_as_keras_skips_it(
   scale = model.optimizer.dynamic_scale if hasattr(
       model.optimizer, "dynamic_scale") else model.optimizer.loss_scale
   assert float(tf.convert_to_tensor(scale)) == SCALE / 2
-  _, params = OPTIMIZERS["adagrad"]
-  ref = reference.Table(INIT, "adagrad", params)
+  ref = reference.Table(INIT, *helpers.reference_optimizer("adagrad"))
   for s in range(1, STEPS):
     rows = IDS[s * BATCH:(s + 1) * BATCH]
     grad = TARGET[s * BATCH:(s + 1) * BATCH] / BATCH
-    ref.apply(reference.row_gradients(
-        reference.contributions(rows, "mean", grad)), 0.5)
+    ref.apply(reference.row_gradients(reference.contributions(
+        rows, "mean", grad)), ref.params["learning_rate"])
   variables = table_of(layer)
   np.testing.assert_allclose(variables["parameters"], ref.w,
                              rtol=1e-5, atol=1e-6)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import reference
 import tfemb
 import tfemb.layers
 
@@ -52,15 +53,16 @@ def test_small_tables_train_by_keras_big_ones_by_tfemb():
           layer.keras_embedding_layers["b"])  # one shared table
   x = {"a": np.array([1, 2]), "b": np.array([1, 1]), "c": np.array([7, 7])}
   m.train_on_batch(x, np.zeros((2, 1)))
-  small = SMALL_INIT.copy()
-  small[1] -= 0.1 * 3  # Keras SGD on the summed gradient of row 1
-  small[2] -= 0.1
+  # SGD on each row's summed gradient: Keras' at 0.1, tfemb's at 0.5.
+  small = reference.Table(SMALL_INIT, "sgd", {})
+  small.apply({1: np.full(4, 3.0), 2: np.full(4, 1.0)}, 0.1)
   np.testing.assert_allclose(
-      layer.keras_embedding_layers["a"].embeddings.numpy(), small, rtol=1e-6)
-  big = BIG_INIT.copy()
-  big[7] -= 0.5 * 2  # tfemb SGD
+      layer.keras_embedding_layers["a"].embeddings.numpy(), small.w,
+      rtol=1e-6)
+  big = reference.Table(BIG_INIT, "sgd", {})
+  big.apply({7: np.full(4, 2.0)}, 0.5)
   (table,) = layer.tpu_embedding.embedding_tables.values()
-  np.testing.assert_allclose(table.numpy(), big, rtol=1e-6)
+  np.testing.assert_allclose(table.numpy(), big.w, rtol=1e-6)
 
 
 def test_checkpoints_use_tensorflow_recommenders_names(tmp_path):

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import helpers
 import tfemb
 import tfemb.layers
 from workers import tfrs_checkpoint_worker as worker
@@ -34,7 +35,7 @@ keras = tf.keras
 KERAS3 = not os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1",
                                                                   "true")
 WORKER = pathlib.Path(worker.__file__).resolve()
-ROOT = WORKER.parent.parent.parent
+ROOT = helpers.ROOT
 LAYER_PATH = "layer_with_weights-0"  # tf_keras' path of the embedding layer
 
 

@@ -28,15 +28,6 @@ def batch(step):
   return ids, grads
 
 
-def serial_sum() -> np.ndarray:
-  w = INIT.copy()
-  for s in range(STEPS):
-    ids, grads = batch(s)
-    for i, g in zip(ids, grads):
-      w[i] -= LR * g.astype(np.float64)
-  return w
-
-
 def coordinator(cluster, out):
   resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
       tf.train.ClusterSpec(cluster), rpc_layer="grpc")

@@ -1,4 +1,5 @@
-"""Two embedding objects stepped in one function (tests/test_two_engines.py).
+"""Two embedding objects stepped in one function
+(tests/host/test_two_engines.py).
 
 `python two_engines_worker.py STEPS` repeats the combined step of every
 pair of engines STEPS times and prints each pair's name when it is done.

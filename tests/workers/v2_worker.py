@@ -96,7 +96,7 @@ def main(out):
 
 def unstacked(embedding, copy=0):
   """`{table/slot: array}` of replica `copy`'s copy (of the only one, for
-  variables that are not mirrored); tests/test_mirrored.py reads its
+  variables that are not mirrored); tests/strategies/test_mirrored.py reads its
   tables with it too."""
   def value(variable):
     return (variable.values[copy] if hasattr(variable, "values")

@@ -26,7 +26,7 @@ Every op checks the shapes and dtypes of what it is given (a scalar
 learning rate, vector ids, gradient rows matching the ids, float32
 variables of the table's shape, attributes in range) and raises
 `tf.errors.InvalidArgumentError` otherwise, before it writes anything: no
-input aborts the process (tests/test_kernel_input_validation.py).
+input aborts the process (tests/kernels/test_kernel_input_validation.py).
 
 The update's rule and constants come from the optimizer's declaration
 (`tfemb.optimizers.identify`): the constants are the values its rule in

@@ -9,7 +9,7 @@ or gives wrong numbers, so it refuses one. Seen with TensorFlow 2.16: Keras
 values in `fit` under `MirroredStrategy`; 3.9.2's `model.export` cannot
 serve a dict of inputs; 3.12.4 fails to call the layer with `weights` given
 as a structure of None; 3.13.0 passes the layer tests,
-tests/test_mirrored.py and the quickstart.
+tests/strategies/test_mirrored.py and the quickstart.
 """
 
 import tensorflow as tf

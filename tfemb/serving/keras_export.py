@@ -23,7 +23,7 @@ input_signature=...)`, `write_out`). It does not cover a `tf.function`
 traced before it is handed to `add_endpoint` without an
 `input_signature` (it was traced as a plain call and reads the training
 storage); nor an endpoint called before `write_out` (its trace is a plain
-call's). `tests/test_keras_export.py` checks the hook point of the
+call's). `tests/serving/test_keras_export.py` checks the hook point of the
 installed Keras and serves an export without tfemb.
 """
 

@@ -1,0 +1,377 @@
+"""The SparseCore's id limits on the CPU (docs/sparsecore.md, "Id limits"):
+`compute_sparse_core_stats` against a numpy partitioning that follows the
+docs, the host `TPUEmbeddingV2` failing or dropping what a TPU fails or
+drops, and the report of `python -m tfemb.tpu sparsecore`.
+"""
+
+import collections
+import inspect
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import helpers
+import reference
+import tfemb
+import tfemb.layers
+from tfemb.sparsecore import pipeline_report
+from tfemb.tpu import cli
+
+# The SparseCore host engine needs TensorFlow's stacker (2.17 on).
+pytestmark = pytest.mark.requires_tensorflow("2.17")
+
+ROOT = str(helpers.ROOT)
+C = 4  # SparseCores per chip
+
+
+def reference_stats(batch, table_of, chips):
+  """Per stacked table (here one stack of every table), the most
+  deduplicated ids and distinct (table, id) one (SparseCore of the chip,
+  partition) gets. Sample k of S goes to SparseCore k // (S / C); id i of
+  the k-th table of the stack (by name) to partition (i + k * C) mod N."""
+  n = chips * C
+  names = sorted(set(table_of.values()))
+  ids = collections.Counter()
+  unique = collections.defaultdict(set)
+  for feature, rows in batch.items():
+    table = table_of[feature]
+    rotation = names.index(table) * C % n
+    per_core = len(rows) // C
+    for k, row in enumerate(rows):
+      for i in set(row):
+        cell = (k // per_core, (i + rotation) % n)
+        ids[cell] += 1
+        unique[cell].add((table, i))
+  return max(ids.values()), max(len(u) for u in unique.values())
+
+
+def config(samples=16, vocab=(64, 40)):
+  a = tfemb.TableConfig(vocab[0], 8, name="a")
+  b = tfemb.TableConfig(vocab[1], 8, name="b")
+  return {"x": tfemb.FeatureConfig(a, output_shape=[samples]),
+          "y": tfemb.FeatureConfig(a, output_shape=[samples]),
+          "z": tfemb.FeatureConfig(b, output_shape=[samples])}
+
+
+TABLE_OF = {"x": "a", "y": "a", "z": "b"}
+
+
+def as_inputs(batch):
+  return {k: tf.ragged.constant(v, dtype=tf.int64) for k, v in batch.items()}
+
+
+def batches():
+  rng = np.random.default_rng(0)
+  yield "one id everywhere", {k: [[0]] * 16 for k in "xyz"}
+  yield "ids 0..n-1", {"x": [[i] for i in range(16)],
+                       "y": [[i + 16] for i in range(16)],
+                       "z": [[i] for i in range(16)]}
+  yield "multi-hot", {k: [list(rng.integers(0, 40, rng.integers(1, 6)))
+                          for _ in range(16)] for k in "xyz"}
+
+
+@pytest.mark.parametrize("chips", [1, 2, 4])
+@pytest.mark.parametrize("name,batch", list(batches()),
+                         ids=[n for n, _ in batches()])
+def test_stats_match_a_numpy_partitioning(name, batch, chips):
+  del name
+  max_ids, max_unique = tfemb.TPUEmbeddingV2.compute_sparse_core_stats(
+      as_inputs(batch), config(), chips)
+  assert list(max_ids) == ["a_b"]  # both tables of width 8, stacked
+  want_ids, want_unique = reference_stats(batch, TABLE_OF, chips)
+  assert max_ids["a_b"].dtype == tf.int32
+  assert int(max_ids["a_b"]) == want_ids
+  assert int(max_unique["a_b"]) == want_unique
+
+
+def test_stats_have_tensorflows_signature():
+  ours = inspect.signature(tfemb.TPUEmbeddingV2.compute_sparse_core_stats)
+  theirs = inspect.signature(
+      tf.tpu.experimental.embedding.TPUEmbeddingV2.compute_sparse_core_stats)
+  assert list(ours.parameters) == list(theirs.parameters)
+  assert [p.default for p in ours.parameters.values()] == [
+      p.default for p in theirs.parameters.values()]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(num_tpu_chips=0), "num_tpu_chips must be a positive integer"),
+    (dict(features={"x": tf.constant([1.0] * 16)}),
+     "features must have the structure"),
+    (dict(features={"x": tf.constant([1.5] * 16), "y": tf.constant([1] * 16),
+                    "z": tf.constant([1] * 16)}), "ids must be integers"),
+    (dict(features={"x": tf.constant([99] * 16), "y": tf.constant([1] * 16),
+                    "z": tf.constant([1] * 16)}), r"id 99 outside \[0, 64\)"),
+], ids=["chips", "structure", "floats", "range"])
+def test_stats_refuse_bad_input(kwargs, message):
+  args = dict(features={k: tf.constant([1] * 16) for k in "xyz"},
+              feature_config=config(), num_tpu_chips=1)
+  args.update(kwargs)
+  with pytest.raises(ValueError, match=message):
+    tfemb.TPUEmbeddingV2.compute_sparse_core_stats(**args)
+
+
+# --- the host engine under a SparseCoreEmbeddingConfig ------------------------
+
+
+def engine(sc_config, combiner="sum"):
+  table = tfemb.TableConfig(32, 8, name="t", combiner=combiner,
+                            initializer=tf.ones_initializer())
+  return tfemb.TPUEmbeddingV2(
+      {"f": tfemb.FeatureConfig(table, output_shape=[16])}, tfemb.SGD(0.5),
+      sparse_core_embedding_config=sc_config)
+
+
+def table_rows(embedding):
+  proto = embedding.embedding_layouts["t"]
+  i = np.arange(32)
+  n = proto.num_sparse_cores
+  rows = (((i % n + proto.sparse_core_shard_rotation) % n) *
+          proto.total_rows_per_sparse_core_shard +
+          proto.sparse_core_shard_row_offset + i // n)
+  return embedding.embedding_tables["t"].numpy()[rows, :8]
+
+
+def step(embedding, ids):
+  activations, preserved = embedding({"f": ids})
+  embedding.apply_gradients({"f": tf.ones([16, 8])}, preserved)
+  return activations["f"]
+
+
+@pytest.mark.parametrize("in_function", [False, True], ids=["eager", "fn"])
+def test_a_partition_over_max_ids_fails_naming_it_and_writes_nothing(
+    in_function):
+  """Id 0 in every sample: each SparseCore of the chip sends its 4 samples'
+  ids to partition 0."""
+  embedding = engine(tfemb.SparseCoreEmbeddingConfig(
+      max_ids_per_table={"t": 3}))
+  run = tf.function(step) if in_function else step
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"Stacked table 't': SparseCore 0 of the chip sends "
+                     r"4 ids to partition 0 .*over the limit of 3"):
+    run(embedding, tf.zeros([16], tf.int32))
+  np.testing.assert_array_equal(table_rows(embedding), 1.0)
+
+
+def test_a_partition_over_max_unique_ids_fails():
+  embedding = engine(tfemb.SparseCoreEmbeddingConfig(
+      max_unique_ids_per_table={"t": 1}))
+  ids = tf.ragged.constant([[0, 4]] * 16)  # partitions 0 and 0 (mod 4)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"2 unique ids to partition 0.*limit of 1"):
+    embedding({"f": ids})
+
+
+def test_a_full_chip_buffer_fails_without_id_dropping():
+  embedding = engine(tfemb.SparseCoreEmbeddingConfig(
+      max_ids_per_chip_per_sample=1))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"48 ids do not fit in its buffer of 16"):
+    step(embedding, tf.ragged.constant([[1, 2, 3]] * 16))
+  np.testing.assert_array_equal(table_rows(embedding), 1.0)
+
+
+def test_allow_id_dropping_drops_what_the_sparsecore_drops():
+  """16 samples of ids [1, 2, 3], a buffer of 1 x 16 ids. SparseCore 0 of
+  the chip sends its 4 samples' ids 1, 2, 3 to partitions 1, 2, 3: 4 ids
+  (padded to 8), 4 (to 16), then the buffer is full; the other SparseCores'
+  ids are dropped. Kept: ids 1 and 2 of samples 0-3."""
+  embedding = engine(tfemb.SparseCoreEmbeddingConfig(
+      max_ids_per_chip_per_sample=1, allow_id_dropping=True))
+  activations = step(embedding, tf.ragged.constant([[1, 2, 3]] * 16)).numpy()
+  np.testing.assert_array_equal(activations[:4], 2.0)  # rows 1 + 2
+  np.testing.assert_array_equal(activations[4:], 0.0)
+  want = reference.Table(np.ones((32, 8)), "sgd", {})
+  want.apply({1: np.full(8, 4.0), 2: np.full(8, 4.0)}, 0.5)  # 4 samples' 1
+  np.testing.assert_array_equal(table_rows(embedding), want.w)
+  assert embedding.dropped_ids == {"t": 40}
+  step(embedding, tf.ragged.constant([[1, 2, 3]] * 16))
+  assert embedding.dropped_ids == {"t": 80}
+
+
+def test_dropped_ids_keep_the_combiners_gains():
+  """As on a SparseCore, a mean is over the sample's ids before dropping."""
+  embedding = engine(tfemb.SparseCoreEmbeddingConfig(
+      max_ids_per_chip_per_sample=1, allow_id_dropping=True), "mean")
+  activations = step(embedding, tf.ragged.constant([[1, 2, 3]] * 16)).numpy()
+  np.testing.assert_allclose(activations[:4], 2 / 3, rtol=1e-6)
+
+
+def test_without_a_config_nothing_is_checked():
+  embedding = engine(None)
+  step(embedding, tf.zeros([16], tf.int32))
+  assert embedding.dropped_ids == {}
+
+
+# --- the report ---------------------------------------------------------------
+
+
+def test_the_command_line_report(tmp_path, capsys, monkeypatch):
+  monkeypatch.syspath_prepend(os.path.join(ROOT, "tutorials"))
+  out = tmp_path / "report.json"
+  assert cli.main(["sparsecore", "--config", "sparsecore_limits:features",
+                   "--data", "sparsecore_limits:batches", "--chips", "2",
+                   "--batches", "2", "--json", str(out)]) == 0
+  printed = capsys.readouterr().out
+  assert "items_users" in printed and "SparseCoreEmbeddingConfig(" in printed
+  result = json.loads(out.read_text())
+  import sparsecore_limits  # pylint: disable=g-import-not-at-top
+  want_ids = want_unique = 0
+  for batch in sparsecore_limits.batches(2):
+    rows = {k: (v.to_list() if isinstance(v, tf.RaggedTensor)
+                else [[i] for i in v.numpy()]) for k, v in batch.items()}
+    ids, unique = reference_stats(
+        rows, {"item": "items", "history": "items", "user": "users"}, 2)
+    want_ids, want_unique = max(want_ids, ids), max(want_unique, unique)
+  table = result["tables"]["items_users"]
+  assert (table["max_ids"], table["max_unique_ids"]) == (want_ids,
+                                                         want_unique)
+  assert table["failed"] == 2  # over TensorFlow's default of 256
+  suggested = result["suggested_config"]["max_ids_per_table"]["items_users"]
+  assert suggested >= 1.25 * want_ids and suggested % 8 == 0
+  rows = sum(v for v in sparsecore_limits.VOCAB.values()
+             if v != sparsecore_limits.VOCAB["history"])
+  assert table["bytes_per_chip"] >= rows * 32 * 4 * 2 // 2  # + Adagrad
+
+
+_PIPELINE = '''
+import tensorflow as tf
+import tfemb
+
+FEATURES = {"item": tfemb.FeatureConfig(tfemb.TableConfig(50, 4, name="t"),
+                                        output_shape=[8])}
+NUMBER = 3
+
+def model():
+  return FEATURES, tfemb.SGD(0.1)
+
+def batches():
+  return [{"item": tf.constant(list(range(8)))}] * 2
+
+def other_batches():
+  return [{"user": tf.constant([1]), "page": tf.constant([2])}]
+
+def broken_batches():
+  yield {"item": tf.constant(list(range(8)))}
+  raise OSError("lost the input files")
+
+def broken():
+  raise ZeroDivisionError("no data")
+'''
+
+
+@pytest.mark.parametrize("flags, line", [
+    (["--chips", "0"], "argument --chips: expected an integer >= 1, got '0'"),
+    (["--batches", "0"],
+     "argument --batches: expected an integer >= 1, got '0'"),
+    (["--config", "no_such_module_47:model"],
+     "--config: no module named 'no_such_module_47' (a module importable "
+     "from the current directory, or a .py file)"),
+    (["--config", "{m}:missing"],
+     "--config: module '{m}' has no attribute 'missing'"),
+    (["--config", "{m}"], "argument --config: expected MODULE:ATTR (e.g. "
+     "my_model:features), got '{m}'"),
+    (["--config", "{m}:NUMBER"],
+     "--config: feature_config[''] must be a FeatureConfig, got int."),
+    (["--data", "{m}:NUMBER"], "--data: expected batches (an iterable: a "
+     "tf.data.Dataset, a list, a generator), got int"),
+    (["--data", "{m}:broken"], "--data: calling {m}:broken raised "
+     "ZeroDivisionError: no data\n(--debug shows the traceback)"),
+    (["--data", "{m}:broken_batches"], "--data: reading batch 1 raised "
+     "OSError: lost the input files\n(--debug shows the traceback)"),
+    (["--data", "{m}:other_batches"], "--data: batch 0 has features "
+     "['page', 'user']; expected the structure of --config: ['item'] (or a "
+     "(features, labels) pair)"),
+    (["--sparse-core-config", "{m}:NUMBER"], "--sparse-core-config: expected "
+     "a SparseCoreEmbeddingConfig, got int"),
+    (["--json", "{d}/no_dir/r.json"], "--json: cannot write "
+     "'{d}/no_dir/r.json': no directory '{d}/no_dir'"),
+    (["--json", "{d}"], "--json: '{d}' is a directory; expected a file"),
+])
+def test_the_command_line_refuses_bad_input_in_one_line(tmp_path, capsys,
+                                                         flags, line):
+  module = tmp_path / "pipeline.py"
+  module.write_text(_PIPELINE)
+  fill = dict(m=str(module), d=str(tmp_path))
+  given = dict(zip(flags[::2], flags[1::2]))
+  argv = ["sparsecore"]
+  for flag, value in {"--config": "{m}:model", "--data": "{m}:batches",
+                      "--chips": "1", **given}.items():
+    argv += [flag, value.format(**fill)]
+  try:
+    status = cli.main(argv)
+  except SystemExit as e:  # argparse's own errors
+    status = e.code
+  out, err = capsys.readouterr()
+  assert status == 2 and out == ""
+  assert err == (f"python -m tfemb.tpu sparsecore: error: "
+                 f"{line.format(**fill)}\n")
+  assert sorted(set(os.listdir(tmp_path)) - {"__pycache__"}) == [
+      "pipeline.py"]
+  if "(--debug" in line:
+    with pytest.raises(ValueError, match=" raised "):  # the traceback
+      cli.main(argv + ["--debug"])
+
+
+@pytest.mark.parametrize("optimizer", ["adagrad", "custom_1d_slot"])
+def test_the_report_counts_the_bytes_of_the_built_tables(optimizer):
+  if optimizer == "adagrad":
+    opt = tfemb.Adagrad(0.1)
+  else:  # an Adagrad-like rule whose accumulator is one value per row
+    opt = tfemb.CustomOptimizer(
+        lambda g, w, s, lr, h: (w - lr * g, s[0] + 1.0), 0.1,
+        slot_names=["count"], slot_initializers=[tf.zeros_initializer()],
+        slot_dims=[1])
+  features = config()
+  result = pipeline_report.report(
+      [as_inputs(b) for _, b in batches()][:1], features, 1, optimizer=opt)
+  embedding = tfemb.TPUEmbeddingV2(features, opt)
+  embedding.build()
+  built = collections.Counter()
+  for stacked, variables in embedding.variables.items():
+    for v in variables.values():
+      built[stacked] += int(np.prod(v.shape)) * 4
+  assert {n: t["bytes_per_chip"] for n, t in result["tables"].items()
+          } == dict(built)
+
+
+def test_the_tutorial_tunes_the_drops_to_zero():
+  result = subprocess.run(
+      [sys.executable, os.path.join(ROOT, "tutorials", "sparsecore_limits.py"),
+       "--batches", "3"], capture_output=True, text=True, timeout=600,
+      check=False, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+  assert result.returncode == 0, result.stderr[-3000:]
+  dropped = int(result.stdout.split("allow_id_dropping: ")[1].split()[0])
+  assert dropped > 0
+  assert "The suggested config: 0 ids dropped, 0 batches failed." in (
+      result.stdout)
+
+
+def test_samples_that_do_not_divide_among_a_chips_sparsecores_are_refused():
+  table = tfemb.TableConfig(32, 8, name="t")
+  with pytest.raises(ValueError, match="Feature 'f': its 6 samples"):
+    tfemb.TPUEmbeddingV2(
+        {"f": tfemb.FeatureConfig(table, output_shape=[6])}, tfemb.SGD(0.5),
+        sparse_core_embedding_config=tfemb.SparseCoreEmbeddingConfig())
+
+
+def test_the_keras_layer_counts_the_dropped_ids():
+  keras = tf.keras
+  table = tfemb.TableConfig(32, 8, name="t", initializer=tf.ones_initializer())
+  layer = tfemb.layers.TPUEmbedding(
+      {"f": tfemb.FeatureConfig(table, output_shape=[16])}, tfemb.SGD(0.5),
+      sparse_core_embedding_config=tfemb.SparseCoreEmbeddingConfig(
+          max_ids_per_chip_per_sample=1, allow_id_dropping=True))
+  inputs = {"f": keras.Input(shape=(None,), batch_size=16, dtype="int64",
+                             ragged=True, name="f")}
+  out = keras.layers.Lambda(lambda a: tf.reduce_sum(a, -1, keepdims=True))(
+      layer(inputs)["f"])
+  model = keras.Model(inputs, out)
+  model.compile(optimizer="sgd", loss=lambda y, p: tf.reduce_sum(p))
+  ids = tf.ragged.constant([[1, 2, 3]] * 16, dtype=tf.int64)
+  model.fit({"f": ids}, np.zeros((16, 1)), batch_size=16, verbose=0)
+  assert layer.dropped_ids == {"t": 40}  # as in the engine's test above

@@ -1,0 +1,156 @@
+"""ParameterServerStrategy: tables sharded over 2 parameter servers (TF's
+ShardedVariable), trained through a ClusterCoordinator with 1 worker, all
+processes on 127.0.0.1, end where one process ends; checkpoints move
+between the sharded tables and an unsharded engine both ways."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.python.distribute import sharded_variable  # pylint: disable=g-direct-tensorflow-import
+
+import helpers
+import ports
+import tfemb
+from tfemb.host import sharded
+from tfemb.host import sparse_update
+from workers import ps_worker
+
+WORKER = helpers.WORKERS / "ps_worker.py"
+
+
+def env():
+  root = str(helpers.ROOT)
+  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+              PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+@pytest.fixture(name="cluster")
+def fixture_cluster():
+  with ports.reserved(3) as (ps0, ps1, worker):
+    cluster = {"ps": [f"127.0.0.1:{ps0}", f"127.0.0.1:{ps1}"],
+               "worker": [f"127.0.0.1:{worker}"]}
+    servers = [subprocess.Popen(
+        [sys.executable, str(WORKER), "server", json.dumps(cluster), job,
+         str(i)], env=env(), stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+               for job in ("ps", "worker") for i in range(len(cluster[job]))]
+    yield cluster
+    for s in servers:
+      s.kill()
+      s.wait()
+
+
+def run(*args, legacy_keras=False):
+  environment = env()
+  if legacy_keras:
+    environment["TF_USE_LEGACY_KERAS"] = "1"
+  result = subprocess.run([sys.executable, str(WORKER), *args],
+                          env=environment,
+                          capture_output=True, text=True, timeout=300,
+                          check=False)
+  assert result.returncode == 0, result.stderr[-4000:]
+  return result.stdout
+
+
+def assert_same(got, expected):
+  assert sorted(got) == sorted(expected)
+  for key in expected:
+    np.testing.assert_allclose(got[key], expected[key], rtol=1e-6,
+                               atol=1e-7, err_msg=key)
+
+
+def test_sharded_tables_train_like_one_process_and_checkpoints_move(
+    cluster, tmp_path):
+  single_dir = tmp_path / "single"
+  single_dir.mkdir()
+  run("single", str(single_dir))
+  expected = dict(np.load(single_dir / "final.npz"))
+
+  ps_dir = tmp_path / "ps"
+  ps_dir.mkdir()
+  out = run("coordinator", json.dumps(cluster), str(ps_dir))
+  assert json.loads(out.strip().splitlines()[-1])["shards"] == {
+      "items": 2, "small": 2, "wide": 2}
+  assert_same(dict(np.load(ps_dir / "final.npz")), expected)
+  assert not np.allclose(expected["items/parameters"], 0.3)
+
+  # The sharded checkpoint restores into an unsharded engine here ...
+  embedding = ps_worker.make_embedding()
+  tf.train.Checkpoint(embedding=embedding).restore(
+      str(ps_dir / "ckpt")).expect_partial()  # values compared below
+  assert_same(ps_worker.values(embedding), expected)
+
+  # ... and an unsharded checkpoint into sharded tables.
+  unsharded = tf.train.Checkpoint(embedding=embedding).write(
+      str(tmp_path / "unsharded"))
+  again = tmp_path / "again"
+  again.mkdir()
+  run("coordinator", json.dumps(cluster), str(again), unsharded)
+  assert_same(dict(np.load(again / "restored.npz")), expected)
+
+
+@pytest.mark.runs_under("tf_keras")
+def test_model_fit_with_a_dataset_creator_under_tf_keras(cluster, tmp_path):
+  """The Keras layer under ParameterServerStrategy with tf_keras' model.fit
+  and a DatasetCreator (Keras 3 has no ParameterServerStrategy support in
+  fit); the strategy's variable_partitioner shards the tables."""
+  (tmp_path / "ps").mkdir()
+  (tmp_path / "single").mkdir()
+  out = run("fit", json.dumps(cluster), str(tmp_path / "ps"),
+            legacy_keras=True)
+  assert json.loads(out.strip().splitlines()[-1])["shards"] == {"items": 2}
+  run("fit", "none", str(tmp_path / "single"), legacy_keras=True)
+  expected = dict(np.load(tmp_path / "single" / "fit.npz"))
+  assert_same(dict(np.load(tmp_path / "ps" / "fit.npz")), expected)
+  assert not np.allclose(expected["items/parameters"], 0.3)
+
+
+def test_table_partitioner_needs_a_parameter_server_strategy():
+  embedding = ps_worker.make_embedding()
+  with pytest.raises(ValueError, match="ParameterServerStrategy"):
+    embedding.table_partitioner = (
+        tf.distribute.experimental.partitioners.FixedShardsPartitioner(2))
+
+
+@pytest.mark.parametrize("dim", [4, 32])
+@pytest.mark.parametrize("optimizer", ["adagrad", "adam"])
+def test_an_update_per_shard_equals_the_update_of_one_table(dim, optimizer):
+  """tfemb/host/sharded.py's update of a ShardedVariable (3 uneven shards,
+  here in one process) writes exactly the rows and slots of the update of
+  one unsharded table: rows 32 floats wide alone per shard, rows of 4
+  among the step's rows (TensorFlow's kernels may round the elements of a
+  last, partial SIMD register differently)."""
+  opt = {"adagrad": tfemb.Adagrad(0.3), "adam": tfemb.Adam(0.05)}[optimizer]
+  table = tfemb.TableConfig(10, dim, name="t", optimizer=opt)
+  names = ["parameters"] + list(opt._slot_names())  # pylint: disable=protected-access
+  rng = np.random.default_rng(3)
+  start = {n: rng.uniform(0.1, 2.0, (10, dim)).astype(np.float32)
+           for n in names}
+  one = {n: tf.Variable(v) for n, v in start.items()}
+  shards = {n: sharded_variable.ShardedVariable(
+      [tf.Variable(v[:4]), tf.Variable(v[4:7]), tf.Variable(v[7:])])
+            for n, v in start.items()}
+  for step in range(3):
+    ids = tf.constant(rng.permutation(10)[:7], tf.int64)
+    grads = tf.constant(rng.normal(size=(7, dim)), tf.float32)
+    lr = tf.constant(0.3)
+    sparse_update.write_rows(table, one, ids, sparse_update.new_rows(
+        table, one, ids, grads, lr))
+    finite, write = sharded.prepare(
+        table, sharded.route(table, shards, ids, grads), lr)
+    assert bool(finite)
+    write()
+    for n in names:
+      np.testing.assert_array_equal(
+          tf.convert_to_tensor(shards[n]).numpy(), one[n].numpy(),
+          err_msg=f"step {step}: {n}")
+  assert not np.array_equal(one["parameters"].numpy(), start["parameters"])
+  non_lazy = tfemb.TableConfig(10, dim, name="t",
+                               optimizer=tfemb.Adam(0.05, lazy_adam=False))
+  assert sharded.route(non_lazy, shards, ids, grads) is None
+  assert sharded.route(table, one, ids, grads) is None
