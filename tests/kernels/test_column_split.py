@@ -15,7 +15,7 @@ import tensorflow as tf
 import reference
 import tfemb
 from tfemb import interleaved_tables
-from tfemb.kernels import ops as kernel_ops
+from tfemb.kernels import fused_ops
 
 PARTS, DIM = 3, 8
 BIG = 98304  # rows: 9 MiB, at least three whole 2 MiB pages to give back
@@ -46,9 +46,9 @@ def _buffer(storage):
 @pytest.mark.parametrize("rows", [5, BIG])
 def test_split_gives_the_parts_and_the_rows_come_back_at_the_end(rows):
   storage, values = _storage(rows)
-  blocks = kernel_ops.split_columns(storage, PARTS)
+  blocks = fused_ops.split_columns(storage, PARTS)
   np.testing.assert_array_equal(blocks.numpy(), _blocks(values))
-  again = kernel_ops.split_columns(storage, PARTS)  # a second view's call
+  again = fused_ops.split_columns(storage, PARTS)  # a second view's call
   np.testing.assert_array_equal(again.numpy(), _blocks(values))
   del blocks, again
   gc.collect()
@@ -57,7 +57,7 @@ def test_split_gives_the_parts_and_the_rows_come_back_at_the_end(rows):
 
 def test_the_rows_move_out_while_the_blocks_live():
   storage, values = _storage(BIG)
-  blocks = kernel_ops.split_columns(storage, PARTS)
+  blocks = fused_ops.split_columns(storage, PARTS)
   during = _buffer(storage)
   assert np.count_nonzero(during) < values.size // 2  # pages given back
   del blocks
@@ -69,7 +69,7 @@ def test_a_shared_buffer_is_copied_and_keeps_its_rows():
       size=(BIG, PARTS * DIM)).astype(np.float32)
   storage = tf.Variable(values)  # never read sparsely: reads alias it
   alias = storage.read_value()
-  blocks = kernel_ops.split_columns(storage, PARTS)
+  blocks = fused_ops.split_columns(storage, PARTS)
   np.testing.assert_array_equal(blocks.numpy(), _blocks(values))
   np.testing.assert_array_equal(_buffer(storage), values)
   np.testing.assert_array_equal(alias.numpy(), values)
@@ -77,9 +77,9 @@ def test_a_shared_buffer_is_copied_and_keeps_its_rows():
 
 def test_a_write_while_the_blocks_live_is_kept_after_their_end():
   storage, values = _storage(BIG)
-  blocks = kernel_ops.split_columns(storage, PARTS)
+  blocks = fused_ops.split_columns(storage, PARTS)
   new = np.full((4, DIM), 7.0, np.float32)
-  kernel_ops.write_columns(storage, DIM, new, row=10)  # rejoins first
+  fused_ops.write_columns(storage, DIM, new, row=10)  # rejoins first
   expected = values.copy()
   expected[10:14, DIM:2 * DIM] = new
   np.testing.assert_array_equal(_buffer(storage), expected)
@@ -90,9 +90,9 @@ def test_a_write_while_the_blocks_live_is_kept_after_their_end():
 
 def test_a_read_while_the_blocks_live_sees_the_rows():
   storage, values = _storage(BIG)
-  blocks = kernel_ops.split_columns(storage, PARTS)
+  blocks = fused_ops.split_columns(storage, PARTS)
   np.testing.assert_array_equal(
-      kernel_ops.read_columns(storage, 2 * DIM, DIM).numpy(),
+      fused_ops.read_columns(storage, 2 * DIM, DIM).numpy(),
       values[:, 2 * DIM:])
   del blocks
   np.testing.assert_array_equal(_buffer(storage), values)
@@ -101,10 +101,10 @@ def test_a_read_while_the_blocks_live_sees_the_rows():
 def test_write_columns_checks_the_range():
   storage, values = _storage(5)
   with pytest.raises(tf.errors.InvalidArgumentError, match="rows"):
-    kernel_ops.write_columns(storage, 2 * DIM, np.ones((5, DIM + 1),
+    fused_ops.write_columns(storage, 2 * DIM, np.ones((5, DIM + 1),
                                                        np.float32))
   with pytest.raises(tf.errors.InvalidArgumentError, match="rows"):
-    kernel_ops.write_columns(storage, 0, np.ones((2, DIM), np.float32), row=4)
+    fused_ops.write_columns(storage, 0, np.ones((2, DIM), np.float32), row=4)
   np.testing.assert_array_equal(_buffer(storage), values)
 
 

@@ -15,7 +15,7 @@ import helpers
 import reference
 import tfemb
 from tfemb import interleaved_tables
-from tfemb.kernels import ops as kernel_ops
+from tfemb.kernels import fused_ops
 
 VOCAB, DIM = 9, 5
 CASES = helpers.LAZY_OPTIMIZERS
@@ -52,7 +52,7 @@ def test_update_of_interleaved_slots_follows_the_rule(case):
   grads = rng.normal(size=(len(ids), DIM)).astype(np.float32) * 0.2
   lr = table.optimizer.learning_rate
 
-  kernel_ops.apply_rows(table, _parameters(storage), tf.constant(ids),
+  fused_ops.apply_rows(table, _parameters(storage), tf.constant(ids),
                         tf.constant(grads), tf.constant(lr, tf.float32))
 
   want_w = params.astype(np.float64)
@@ -80,7 +80,7 @@ def test_lookup_reads_the_parameter_columns_of_a_wider_variable():
   a = np.array([4, 1, 4, 7], np.int64)
   b = np.array([1, 0], np.int64)
 
-  unique, positions, rows = kernel_ops.dedup_gather(
+  unique, positions, rows = fused_ops.dedup_gather(
       table, _parameters(storage)["parameters"],
       [tf.constant(a), tf.constant(b)], ["a", "b"])
 
@@ -96,12 +96,12 @@ def test_a_variable_of_another_width_is_refused_and_left_alone():
   storage = tf.Variable(storage_np)
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match=r"Table \W*t\W*.*expected \[rows, 15\]"):
-    kernel_ops.apply_rows(table, _parameters(storage),
+    fused_ops.apply_rows(table, _parameters(storage),
                           tf.constant([1], tf.int64),
                           tf.ones((1, DIM)), tf.constant(0.1))
   np.testing.assert_array_equal(storage.numpy(), storage_np)
   with pytest.raises(tf.errors.InvalidArgumentError,
                      match=r"Table \W*t\W*.*shape \[9, 5\], got \[9,15\]"):
-    kernel_ops.dedup_gather(table, tf.Variable(np.ones((VOCAB, 3 * DIM),
+    fused_ops.dedup_gather(table, tf.Variable(np.ones((VOCAB, 3 * DIM),
                                                        np.float32)),
                             [tf.constant([1], tf.int64)], ["f"])

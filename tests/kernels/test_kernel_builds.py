@@ -4,9 +4,9 @@ at install, and one clear warning when none can be had
 (tfemb/kernels/build.py, install.py, packaged.py).
 
 The builds compile into the machine's kernel cache (each target once per
-machine and TensorFlow); the tests that start processes run them under
-Keras 3 whatever the pass (they use no Keras) and run in that pass only
-(`runs_under`).
+machine and TensorFlow). They use no Keras, so each runs in one pass only
+(`runs_under`): the aarch64 build in the tf_keras pass, the others in
+Keras 3's, so that the two passes take about as long.
 """
 
 import json
@@ -111,6 +111,7 @@ def _every_rule(march, out):
   return done.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.long  # a build per CPU level; CI keeps the native, aarch64 and wheel builds
 @pytest.mark.runs_under("keras3")
 def test_every_cpu_target_compiles_and_computes_the_same_floats(tmp_path):
   # Every target compiles, through safer flags where its own do not (GCC
@@ -260,7 +261,7 @@ def test_bad_build_options_still_give_the_fused_path(env):
   assert "unavailable" not in stderr
 
 
-@pytest.mark.runs_under("keras3")
+@pytest.mark.runs_under("tf_keras")  # see the module docstring
 def test_the_kernels_compile_for_aarch64(tmp_path):
   # No x86-only code: both sources compile to AArch64 objects (there is no
   # ARM TensorFlow here to link against). CI installs the cross compiler

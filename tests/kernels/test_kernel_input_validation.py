@@ -1,6 +1,6 @@
 """Every fused op refuses bad input with an error, never a process abort.
 
-Each case calls one raw op of the loaded build (`tfemb.kernels.ops`) with a
+Each case calls one raw op of the loaded build (`tfemb.kernels.fused_ops`) with a
 wrong shape, dtype, attribute or range, and must raise
 `tf.errors.InvalidArgumentError` (TensorFlow's kind for bad arguments) and
 leave the variables it was given unchanged. The cases run in one subprocess
@@ -27,9 +27,9 @@ import numpy as np
 import tensorflow as tf
 
 import tfemb
-from tfemb.kernels import ops as kernel_ops
+from tfemb.kernels import fused_ops
 
-lib = kernel_ops._library()
+lib = fused_ops._library()
 if lib is None:
   print(json.dumps({"case": "__build__", "ok": False}), flush=True)
   sys.exit(0)

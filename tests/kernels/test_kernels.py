@@ -18,7 +18,7 @@ from benchmarks import procmem
 import helpers
 import tfemb
 from tfemb.kernels import build
-from tfemb.kernels import ops as kernel_ops
+from tfemb.kernels import fused_ops
 
 ROOT = str(helpers.ROOT)
 
@@ -225,7 +225,7 @@ def test_dedup_gather_of_a_large_batch_matches_numpy():
               for n in (4096, 3000, 1)]
   ids = np.concatenate(features)
 
-  unique, positions, rows = kernel_ops.dedup_gather(
+  unique, positions, rows = fused_ops.dedup_gather(
       table, storage, [tf.constant(f) for f in features], ["a", "b", "c"])
 
   _, first = np.unique(ids, return_index=True)

@@ -25,6 +25,7 @@ def args_for(*argv):
                              "240", "--min-shard-bytes", "65536", *argv])
 
 
+@pytest.mark.long  # a cluster run of minutes; test_parameter_server shards tables in CI
 @pytest.mark.runs_under("tf_keras")
 def test_tables_bigger_than_a_parameter_server_may_hold(tmp_path):
   """Adagrad tables of 8 x 300k rows (614 MB with the accumulators) over 3
@@ -158,6 +159,7 @@ def test_a_killed_parameter_server_is_named_and_training_resumes(
   assert os.path.exists(tmp_path / "ckpts" / "ckpt-3.index")
 
 
+@pytest.mark.long  # CI keeps the killed parameter server's run
 @pytest.mark.runs_under("tf_keras")
 def test_a_killed_worker_is_named_and_training_goes_on(tmp_path):
   """Worker 1 of 2 is killed mid-run, after the first checkpoint: the

@@ -17,7 +17,7 @@ import tensorflow as tf
 import helpers
 import reference
 import tfemb
-from tfemb.kernels import ops as kernel_ops
+from tfemb.kernels import fused_ops
 from workers import v2_worker
 
 GLOBAL_BATCH, STEPS = 8, 3
@@ -278,11 +278,11 @@ def test_an_update_outside_strategy_run_reaches_every_copy():
   strategy = mirrored(2)
   with strategy.scope():
     copies = {"parameters": tf.Variable(tf.zeros([4, 2]))}
-  assert not kernel_ops.in_place_here(copies)  # another strategy's context
+  assert not fused_ops.in_place_here(copies)  # another strategy's context
   with strategy.scope():  # the cross-replica context
-    assert not kernel_ops.in_place_here(copies)
+    assert not fused_ops.in_place_here(copies)
   # In each replica's context (equal results regroup into one value).
-  assert strategy.run(lambda: kernel_ops.in_place_here(copies)) is True
+  assert strategy.run(lambda: fused_ops.in_place_here(copies)) is True
   rng = np.random.default_rng(12)
   init = rng.normal(size=(10, 3))
   ids = np.array([[1, 2, 1, 7], [7, 7, 0, 2]])

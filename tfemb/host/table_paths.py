@@ -29,7 +29,7 @@ from tfemb.host.paths import Pending
 from tfemb.host.paths import TablePath
 from tfemb.host.row_reads import gather_rows
 from tfemb.host.table_store import TableVariables
-from tfemb.kernels import ops as kernel_ops
+from tfemb.kernels import fused_ops
 
 
 class Remap(NamedTuple):
@@ -169,7 +169,7 @@ class FusedTable(_Path):
   def lookup(self, members: Sequence[Member]):
     checks = [c for m in members for c in m.lookup.checks]
     with tf.control_dependencies(checks):
-      unique_ids, positions, rows = kernel_ops.dedup_gather(
+      unique_ids, positions, rows = fused_ops.dedup_gather(
           self.table, self.variables["parameters"],
           [m.lookup.ids for m in members], [m.path for m in members],
           self.remap)
@@ -181,7 +181,7 @@ class FusedTable(_Path):
     return [self._quantized(rows) for rows in batch.id_rows]
 
   def row_gradients(self, batch: FusedBatch, entry_grads, raising):
-    grads, finite = kernel_ops.row_gradients(
+    grads, finite = fused_ops.row_gradients(
         self.table, concat(entry_grads), batch.positions, batch.unique_ids,
         raising)
     return grads, tf.constant(True) if raising else finite
@@ -191,9 +191,9 @@ class FusedTable(_Path):
     del batch, global_batch, staged  # the kernels read the rows they update
     table, variables = self.table, self.variables
     sparse_update.optimizer_of(table)
-    finite = kernel_ops.check_rows(table, variables, ids, grads, lr)
-    if kernel_ops.in_place_here(variables):
-      return Pending(finite, lambda: kernel_ops.apply_rows(
+    finite = fused_ops.check_rows(table, variables, ids, grads, lr)
+    if fused_ops.in_place_here(variables):
+      return Pending(finite, lambda: fused_ops.apply_rows(
           table, variables, ids, grads, lr))
     # Several mirrored copies, outside a replica: TensorFlow's mirrored ops.
     return Pending(finite, lambda: sparse_update.write_rows(
@@ -223,6 +223,6 @@ def training_path(table, variables: TableVariables, partitioned: bool,
                   options, remap: Optional[Remap] = None) -> _Path:
   """The path of `table`'s training steps: the fused kernels where they
   can take its variables, else TensorFlow's ops."""
-  if kernel_ops.usable(variables, table.optimizer, partitioned, options):
+  if fused_ops.usable(variables, table.optimizer, partitioned, options):
     return FusedTable(table, variables, remap)
   return OpsTable(table, variables, remap, each_id=not partitioned)

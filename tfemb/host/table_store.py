@@ -20,7 +20,7 @@ from tfemb import checkpoint_refusals
 from tfemb import initialization
 from tfemb import interleaved_tables
 from tfemb import optimizers
-from tfemb.kernels import ops as kernel_ops
+from tfemb.kernels import fused_ops
 from tfemb import tf_internals
 
 TableVariables = Dict[str, tf.Variable]  # {"parameters": .., slot: ..}
@@ -80,7 +80,7 @@ class TableStore:
     """2 MiB pages for a table created empty, before it is filled; not on
     parameter servers, which lack the kernels."""
     if not self.partitioned:
-      kernel_ops.advise_huge_pages(variable, self._options)
+      fused_ops.advise_huge_pages(variable, self._options)
 
   def _create(self, owner, table) -> TableVariables:
     """Same object graph and names as TensorFlow's `TPUEmbeddingBase`.

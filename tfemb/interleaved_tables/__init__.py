@@ -23,11 +23,11 @@ TensorFlow's ops only, so exported graphs load without tfemb.
 A checkpoint save would read every view, and columns cannot be read
 without a copy (TensorFlow's saver takes all of a checkpoint's tensors at
 once): that would need the tables' bytes a second time. Instead a save
-splits each table (`kernel_ops.split_columns`): its rows move into one
+splits each table (`fused_ops.split_columns`): its rows move into one
 contiguous block per view, the saver writes slices of the blocks, and the
 rows move back when the save is over, so saving takes no more memory than
 with separate variables.
-Restores write the views in place (`kernel_ops.write_columns`).
+Restores write the views in place (`fused_ops.write_columns`).
 
 The layout, one module per idea:
 
@@ -40,7 +40,7 @@ The layout, one module per idea:
   SavedModel export; what it shares with the SparseCore's stacked views
   (`tfemb.sparsecore.stacked_variable`) is `tfemb.variable_view`.
 
-Its kernels are the fused kernels' entry points in `tfemb.kernels.ops`
+Its kernels are the fused kernels' entry points in `tfemb.kernels.fused_ops`
 that know the layout: `read_columns`, `write_columns`, `split_columns` and
 `rejoin_columns` (a view's eager reads, writes and checkpoint save), and
 `dedup_gather`, `apply_rows` and `check_rows`, which take the whole row of

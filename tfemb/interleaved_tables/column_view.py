@@ -12,7 +12,7 @@ from tensorflow.python.types import core  # pylint: disable=g-direct-tensorflow-
 
 from tfemb import tf_internals
 from tfemb import variable_view
-from tfemb.kernels import ops as kernel_ops
+from tfemb.kernels import fused_ops
 
 
 def _row_scatter(method: str):
@@ -132,7 +132,7 @@ class ColumnView(variable_view.VariableView, tf.Variable, core.Tensor):
     load without tfemb."""
     resource_variable_ops.variable_accessed(self)  # for tapes and functions
     if tf.executing_eagerly():
-      return kernel_ops.read_columns(self._storage, self._begin, self._dim)
+      return fused_ops.read_columns(self._storage, self._begin, self._dim)
     return self._storage.read_value()[:, self._begin:self._begin + self._dim]
 
   read_value_no_copy = variable_view.VariableView.read_value
@@ -159,14 +159,14 @@ class ColumnView(variable_view.VariableView, tf.Variable, core.Tensor):
     """Eagerly, the storage's rows back if a save has split them (tfemb's
     kernels do it themselves; TensorFlow's ops do not)."""
     if tf.executing_eagerly():
-      kernel_ops.rejoin_columns(self._storage)
+      fused_ops.rejoin_columns(self._storage)
 
   def _write(self, value, start: int):
     """`value` into rows [start, start + len(value)): eagerly by tfemb's op
     (in place; TensorFlow's strided-slice assign copies the whole storage
     once it has been read sparsely), in a function by TensorFlow's."""
     if tf.executing_eagerly():
-      return kernel_ops.write_columns(self._storage, self._begin, value, start)
+      return fused_ops.write_columns(self._storage, self._begin, value, start)
     n = value.shape[0]
     end = None if n is None else start + int(n)
     return self._storage[start:end,
@@ -272,12 +272,12 @@ class ColumnView(variable_view.VariableView, tf.Variable, core.Tensor):
   def saved_value(self) -> tf.Tensor:
     """Eagerly, a slice of the storage split into its parts: its rows move
     out for the save and come back when the save's tensors are gone, so
-    saving needs no second copy of the table (`kernel_ops.split_columns`).
+    saving needs no second copy of the table (`fused_ops.split_columns`).
     In a function (a SavedModel's), a read."""
     if not tf.executing_eagerly():
       return self.value()
     parts = int(self._storage.shape[1]) // self._dim
-    blocks = kernel_ops.split_columns(self._storage, parts)
+    blocks = fused_ops.split_columns(self._storage, parts)
     return blocks[self._begin // self._dim]
 
   def _restore_from_tensors(self, restored_tensors):
@@ -288,7 +288,7 @@ class ColumnView(variable_view.VariableView, tf.Variable, core.Tensor):
     """An async save's copy of the columns (`VariableView.
     _copy_trackable_to_cpu`), by tfemb's op: no copy of the whole
     storage."""
-    return kernel_ops.read_columns(self._storage, self._begin, self._dim)
+    return fused_ops.read_columns(self._storage, self._begin, self._dim)
 
 
 tf.register_tensor_conversion_function(ColumnView,

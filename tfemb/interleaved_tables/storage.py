@@ -9,7 +9,7 @@ from tfemb import initialization
 from tfemb import options
 from tfemb import tf_internals
 from tfemb.interleaved_tables.column_view import ColumnView
-from tfemb.kernels import ops as kernel_ops
+from tfemb.kernels import fused_ops
 
 
 def create(table, names: Sequence[str], initializers: Sequence[Any],
@@ -41,7 +41,7 @@ def create(table, names: Sequence[str], initializers: Sequence[Any],
                                    tf.float32),
       shape=(table.vocabulary_size, width), dtype=tf.float32,
       trainable=False, name=table.name + "/interleaved")
-  kernel_ops.advise_huge_pages(storage, opts)
+  fused_ops.advise_huge_pages(storage, opts)
   # A view's columns, by the name TensorFlow gives the variable.
   column = {table.name: 0}
   column.update({f"{table.name}/{n}": k + 1 for k, n in enumerate(names)})

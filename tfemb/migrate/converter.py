@@ -33,7 +33,7 @@ def resolve_input(path: str) -> str:
   return row_reader.latest(path) if os.path.isdir(path) else path
 
 
-class TablePlan(NamedTuple):
+class TableConversion(NamedTuple):
   """How one checkpoint variable converts."""
   table: str  # the tfemb table name
   shape: List[int]
@@ -43,8 +43,8 @@ class TablePlan(NamedTuple):
 
 
 def describe(input_path: str, tables: Optional[Dict[str, str]] = None
-            ) -> Dict[str, TablePlan]:
-  """`{checkpoint variable: TablePlan}` for the tables `convert_checkpoint`
+            ) -> Dict[str, TableConversion]:
+  """`{checkpoint variable: TableConversion}` for the tables `convert_checkpoint`
   would convert (by default, every feature-column table)."""
   prefix = resolve_input(input_path)
   with errors.about(prefix):
@@ -67,7 +67,7 @@ def _plan(reader, tables):
       reader.check_table(slot_variable, reader.shapes[variable])
     ignored = estimator_names.unrecognised_children(variable, slots,
                                                     reader.shapes)
-    out[variable] = TablePlan(table, reader.shapes[variable], optimizer,
+    out[variable] = TableConversion(table, reader.shapes[variable], optimizer,
                               slots, ignored)
   return out
 

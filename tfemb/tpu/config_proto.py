@@ -34,7 +34,7 @@ _Accumulation = optimization_parameters_pb2.GradientAccumulationStatus
 _Packing = optimization_parameters_pb2.LowDimensionalPackingStatus
 
 
-class Resolved(NamedTuple):
+class TensorFlowView(NamedTuple):
   """The configs as TensorFlow's `TPUEmbedding` sees them after `__init__`.
 
   `tables`, `table_names` and `optimizers` are parallel, in TensorFlow's table
@@ -51,7 +51,7 @@ class Resolved(NamedTuple):
     return next(i for i, t in enumerate(self.tables) if t is feature.table)
 
 
-def resolve(feature_config: Any, optimizer: Optional[Any]) -> Resolved:
+def resolve(feature_config: Any, optimizer: Optional[Any]) -> TensorFlowView:
   """The tables, their names and optimizers, as TensorFlow fixes them
   (`tfemb.resolution`), as TensorFlow's config objects."""
   resolved = resolution.resolve(feature_config, optimizer)
@@ -72,13 +72,13 @@ def resolve(feature_config: Any, optimizer: Optional[Any]) -> Resolved:
   for feature in features:
     if not any(feature.table is t for t in tables):
       tables.append(feature.table)
-  return Resolved(resolved.paths, features, tables,
+  return TensorFlowView(resolved.paths, features, tables,
                   [t.name for t in tables], [t.optimizer for t in tables],
                   resolution.dynamic_learning_rates(tables))
 
 
 def output_shapes(
-    resolved: Resolved,
+    resolved: TensorFlowView,
     per_replica_batch_size: Optional[int]) -> List[tf.TensorShape]:
   """Per feature, the activation shape without `dim` (TF's `build`).
 
@@ -96,7 +96,7 @@ def output_shapes(
   return fixed
 
 
-def config_proto(resolved: Resolved,
+def config_proto(resolved: TensorFlowView,
                  shapes: Sequence[tf.TensorShape],
                  num_replicas: int,
                  num_hosts: int,

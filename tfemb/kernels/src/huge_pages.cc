@@ -5,7 +5,7 @@
 // backed by 2 MiB pages, best effort (a refusal changes nothing but speed):
 //
 // * A table created empty, before it is filled (TfembAdviseHugePages,
-//   through tfemb/kernels/ops.py's advise_huge_pages): MADV_HUGEPAGE, so
+//   through tfemb/kernels/fused_ops.py's advise_huge_pages): MADV_HUGEPAGE, so
 //   the fill's page faults take 2 MiB pages, 512 times fewer faults and
 //   nothing to copy later.
 // * The first time a kernel sees a table or slot buffer (BackWithHugePages):
