@@ -141,7 +141,7 @@ def build_base(revision: str, march=None) -> str:
   march = options.get().kernel_march if march is None else march
   sources = base_sources(revision)
   texts = [sources[n] for n in sorted(sources)]
-  # The sources are one translation unit (build.compile_command), as in
+  # The sources are one translation unit (compiler.compile_command), as in
   # tfemb's own build: the two builds then differ in their sources alone.
   # The key says so, so that no build of one unit per source is taken for
   # it.
@@ -160,7 +160,7 @@ def build_base(revision: str, march=None) -> str:
 
 class Renamed:
   """A build of `build_base`, answering to tfemb's op names (`tfemb_x` is
-  its `tfemb_base_x`), so that `tfemb.kernels.ops` can call it."""
+  its `tfemb_base_x`), so that `tfemb.kernels.fused_ops` can call it."""
 
   def __init__(self, library):
     self._library = library

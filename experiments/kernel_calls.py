@@ -1,18 +1,18 @@
 """The fused kernels' ops called directly, for the kernel benchmarks.
 
-tfemb's own calls (`tfemb.kernels.ops`) take a table's variables as the
+tfemb's own calls (`tfemb.kernels.fused_ops`) take a table's variables as the
 host engine makes them and always run the build the process loaded. The
 benchmarks time other arrangements: plain variables holding the slots
 beside the parameters (`row_width`, `interleaved`) and another build of
 the kernels (`library`: experiments/kernel_ab.py's). The update's
-attributes are tfemb's (`ops.update_attributes`).
+attributes are tfemb's (`fused_ops.update_attributes`).
 """
 
 import tensorflow as tf
 
 from tfemb import optimizers
 from tfemb.kernels import build
-from tfemb.kernels import ops
+from tfemb.kernels import fused_ops
 
 
 def default_library():
@@ -25,7 +25,7 @@ def default_library():
 
 def dedup_gather(library, table, variable, ids, feature_names,
                  row_width: int = 0):
-  """`ops.dedup_gather` on `variable`, whose rows are `row_width` wide
+  """`fused_ops.dedup_gather` on `variable`, whose rows are `row_width` wide
   with the parameters first (0: the table's `dim`)."""
   return library.tfemb_dedup_gather(
       table=variable.handle, ids=[tf.cast(i, tf.int64) for i in ids],
@@ -43,13 +43,13 @@ def row_gradients(library, table, grads, positions, unique_ids,
 
 def apply_rows(library, table, variables, ids, grads, lr,
                interleaved: bool = False):
-  """`ops.apply_rows` on `variables` ({"parameters": ..., slot: ...}); with
+  """`fused_ops.apply_rows` on `variables` ({"parameters": ..., slot: ...}); with
   `interleaved`, `variables["parameters"]` holds the slots beside the
   parameters, in the optimizer's order."""
   slots = [] if interleaved else [
       variables[n].handle
       for n in optimizers.identify(table.optimizer).slots]
-  attrs = dict(ops.update_attributes(table.optimizer),
+  attrs = dict(fused_ops.update_attributes(table.optimizer),
                parameters=variables["parameters"].handle, slots=slots,
                learning_rate=lr, interleaved=interleaved)
   try:  # one part

@@ -51,6 +51,7 @@ def test_tfrs_tutorial_under_keras_2(script):
   assert after > max(0.58, before + 0.05), out[-2000:]
 
 
+@pytest.mark.long  # a two-process run; CI's tests/strategies/test_multi_worker.py
 def test_multi_worker_tutorial_launches_two_workers(tmp_path):
   out = run("multi_worker.py", "--launch", "2", "--examples", "40000",
             "--epochs", "1", "--output", str(tmp_path))

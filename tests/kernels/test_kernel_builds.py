@@ -22,6 +22,7 @@ import pytest
 import helpers
 from tfemb import options
 from tfemb.kernels import build
+from tfemb.kernels import compiler
 from tfemb.kernels import install
 from tfemb.kernels import packaged
 
@@ -97,9 +98,9 @@ np.savez(sys.argv[1], **{n: embedding.embedding_tables[t].numpy()
 
 def _targets():
   if install.is_x86():
-    known = [m for m in X86_TARGETS if build.target(m)[0]]
+    known = [m for m in X86_TARGETS if compiler.target(m)[0]]
   else:
-    known = [m for m in ("armv8-a", "armv8.2-a") if build.target(m)[0]]
+    known = [m for m in ("armv8-a", "armv8.2-a") if compiler.target(m)[0]]
   return known + ["native", ""]
 
 
@@ -148,17 +149,17 @@ def test_the_cache_keeps_a_build_per_cpu_target(monkeypatch):
   # A cache directory shared by machines with different CPUs (a network
   # home) holds one build for each: `native` is expanded by the compiler.
   here = build.library_path()
-  monkeypatch.setattr(build, "target", lambda march=None: (
+  monkeypatch.setattr(compiler, "target", lambda march=None: (
       ["-march=native"], "-march=znver9 -mavx1024"))
   assert build.library_path() != here
-  monkeypatch.setattr(build, "target", lambda march=None: ([], ""))
+  monkeypatch.setattr(compiler, "target", lambda march=None: ([], ""))
   assert build.library_path() != here
 
 
 def test_a_march_the_compiler_refuses_compiles_for_its_default():
-  assert build.target("no-such-cpu") == ([], "")
-  assert build.target("") == ([], "")
-  flags, expansion = build.target("native")
+  assert compiler.target("no-such-cpu") == ([], "")
+  assert compiler.target("") == ([], "")
+  flags, expansion = compiler.target("native")
   assert flags == ["-march=native"] and expansion
 
 
@@ -178,7 +179,7 @@ def test_a_failed_compile_tries_the_target_without_the_extension_then_the_defaul
       f.write("library")
     return True, "", "c++ ..."
 
-  monkeypatch.setattr(build, "_compile", compile_)
+  monkeypatch.setattr(compiler, "run", compile_)
   path = build.build(options.Options(kernel_march="native",
                                      kernel_cache=str(tmp_path)))
   assert tried == [["-march=native"], ["-march=native", "-mno-avx512fp16"],
@@ -273,10 +274,10 @@ def test_the_kernels_compile_for_aarch64(tmp_path):
                 "(aarch64-linux-gnu-g++, Debian's g++-aarch64-linux-gnu, "
                 "which ci/install_cross_compiler.sh installs as root)")
   include = build.generated_include_dir()
-  for source in build.SOURCES:
+  for source in compiler.SOURCES:
     out = tmp_path / (os.path.basename(source) + ".o")
     done = subprocess.run(
-        build.compile_command(cxx, ["-march=armv8-a"], [source], [include],
+        compiler.compile_command(cxx, ["-march=armv8-a"], [source], [include],
                               str(out), link=False),
         capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-3000:]

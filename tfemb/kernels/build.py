@@ -8,14 +8,14 @@ Where the kernels come from, in order (`load`):
 2. A build compiled here on first use against the installed TensorFlow's
    headers (after a TensorFlow upgrade, in a source checkout, or when
    `kernel_march` names a target), in a cache keyed by the sources
-   (`src/`, compiled as one translation unit: `compile_command`), the
+   (`src/`, compiled as one translation unit: `compiler.compile_command`), the
    rule table (`rule_table`), TensorFlow's version, the flags and what the
    compiler makes of the target.
 3. None: TensorFlow's own ops (the same numbers, slower), after one
    warning line with the cause and the remedy, the compiler's whole output
    in a log file the line names.
 
-A compile that fails tries safer targets (`_safer`): without the
+A compile that fails tries safer targets (`compiler.safer`): without the
 instruction-set extension whose header broke it (GCC 12 rejects the
 AVX512-FP16 code of the Eigen TensorFlow bundles), then the compiler's
 default target. Each library has a record (`library_record`: its size and
@@ -31,7 +31,6 @@ A process loads one build: the kernels' ops have fixed names, so the first
 
 import dataclasses
 import fcntl
-import functools
 import hashlib
 import os
 import shutil
@@ -45,55 +44,12 @@ import tensorflow as tf
 
 from tfemb import atomic_files
 from tfemb import options
+from tfemb.kernels import compiler
 from tfemb.kernels import library_record
 from tfemb.kernels import packaged
 from tfemb.kernels import rule_table
 from tfemb.kernels.unavailable import first_error
 from tfemb.kernels.unavailable import KernelUnavailable
-
-SOURCE_DIR = os.path.join(os.path.dirname(__file__), "src")
-# One file per kernel (or pair of kernels), with its op's registration; a
-# build compiles them as one translation unit (`compile_command`).
-SOURCES = [os.path.join(SOURCE_DIR, name) for name in (
-    "apply_rows.cc",          # TfembApplyRows
-    "check_rows.cc",          # TfembCheckRows
-    "column_split.cc",        # TfembSplitColumns, TfembRejoinColumns
-    "dedup_gather.cc",        # TfembDedupGather
-    "huge_pages.cc",          # TfembAdviseHugePages
-    "read_write_columns.cc",  # TfembReadColumns, TfembWriteColumns
-    "row_gradients.cc",       # TfembRowGradients
-)]
-# What the sources include: part of the cache key and of the packaged
-# build's source digest (`source_texts`), as the sources are.
-HEADERS = [os.path.join(SOURCE_DIR, name) for name in (
-    "apply_rows.h",     # TfembApplyRows' kernel, which TfembCheckRows' extends
-    "column_split.h",   # an interleaved table's rows put back after a save
-    "huge_pages.h",     # tables backed by 2 MiB pages
-    "input_checks.h",   # a variable checked before it is read as floats
-    "row_loops.h",      # a row's loops, compiled for the common widths
-    "update_rules.h",   # the optimizers' row rules and the whole update
-)]
-# -ffp-contract=off: no fused multiply-adds, so every float operation rounds
-# as TensorFlow's own kernels round it (also with -march's FMA units).
-# -fno-math-errno lets sqrt vectorize. Every vector width computes the same
-# floats: the rows' loops are element by element, sqrt and division are
-# correctly rounded, pow is libm's call. -Wfatal-errors: a target the
-# headers cannot take fails at its first error, in seconds.
-CXXFLAGS = ["-shared", "-fPIC", "-O3", "-fno-math-errno", "-ffp-contract=off",
-            "-w", "-Wfatal-errors"]
-AUTO = "auto"  # kernel_march: the package's build, else compiled for native
-# Defined (empty, as the sources that use Eigen's ThreadPoolDevice define
-# it) before any header of a translation unit of several sources, whose
-# first source may not define it.
-_EIGEN_THREADS = "EIGEN_USE_THREADS"
-
-# Eigen headers that only a target with an instruction-set extension
-# compiles, and the flag that leaves the extension out.
-_EXTENSION_HEADERS = {
-    "PacketMathFP16.h": "-mno-avx512fp16",
-    "TypeCastingFP16.h": "-mno-avx512fp16",
-}
-
 
 _REFUSED = "{} does not know this target"
 
@@ -120,38 +76,6 @@ def cache_dir(opts: Optional[options.Options] = None) -> str:
   return os.path.join(tempfile.gettempdir(), f"tfemb-{os.getuid()}")
 
 
-def compiler() -> str:
-  return os.environ.get("CXX", "c++")
-
-
-def _march(march: str) -> str:
-  return "native" if march == AUTO else march
-
-
-def target(march: str) -> Tuple[List[str], str]:
-  """The `-march` flags to compile for, and what the compiler makes of
-  them, for the cache key: `native` names a different CPU on each machine.
-  No flags where the compiler refuses them."""
-  return _resolve(compiler(), _march(march))
-
-
-@functools.lru_cache(maxsize=None)
-def _resolve(cxx: str, march: str) -> Tuple[List[str], str]:
-  if not march:
-    return [], ""
-  flags = [f"-march={march}"]
-  try:
-    done = subprocess.run(
-        [cxx] + flags + ["-E", "-v", "-x", "c++", os.devnull, "-o",
-                         os.devnull],
-        capture_output=True, text=True, timeout=60, check=False)
-  except (OSError, subprocess.SubprocessError):
-    return [], ""
-  if done.returncode != 0:
-    return [], ""
-  return flags, done.stderr
-
-
 def cache_key(texts: Sequence[str], march: str) -> str:
   """A digest of sources `texts` as compiled here: TensorFlow's version,
   the flags and the CPU target (`march`, as `target`)."""
@@ -159,42 +83,9 @@ def cache_key(texts: Sequence[str], march: str) -> str:
   for text in texts:
     key.update(text.encode())
   key.update(tf.__version__.encode())
-  key.update(" ".join(CXXFLAGS + tf.sysconfig.get_compile_flags()).encode())
-  key.update(target(march)[1].encode())
+  key.update(" ".join(compiler.CXXFLAGS + tf.sysconfig.get_compile_flags()).encode())
+  key.update(compiler.target(march)[1].encode())
   return key.hexdigest()[:16]
-
-
-def _safer(flags: List[str], output: str) -> Optional[List[str]]:
-  """The flags to try after a compile with `flags` failed with `output`:
-  the extension named by the header that broke it left out, else the
-  compiler's default target; None when nothing safer is left."""
-  for header, flag in _EXTENSION_HEADERS.items():
-    if header in output and flags and flag not in flags:
-      return flags + [flag]
-  return [] if flags else None
-
-
-def compile_command(cxx: str, flags: Sequence[str], sources: Sequence[str],
-                    include_dirs: Sequence[str], out: str,
-                    link: bool = True) -> List[str]:
-  """The command that compiles `sources` into the library `out` (`link`
-  False: into the object file `out`, e.g. for another CPU whose TensorFlow
-  library is not here to link against).
-
-  Several sources are one translation unit: each but the last included
-  ahead of the last (`-include`, in order). TensorFlow's headers take most
-  of a compile (some 15 s a unit), so one unit compiles in a fraction of
-  the time of one per source, and the compiler sees every kernel at once,
-  inlining as within one file. Each source also compiles alone."""
-  *ahead, last = sources
-  unit = ([f"-D{_EIGEN_THREADS}="] if ahead else []) + [
-      a for source in ahead for a in ("-include", source)] + [last]
-  command = ([cxx] + CXXFLAGS + list(flags) +
-             [f"-I{d}" for d in include_dirs] +
-             tf.sysconfig.get_compile_flags() + unit + ["-o", out])
-  if not link:
-    return [a if a != "-shared" else "-c" for a in command]
-  return command + tf.sysconfig.get_link_flags()
 
 
 def generated_include_dir(opts: Optional[options.Options] = None) -> str:
@@ -204,18 +95,6 @@ def generated_include_dir(opts: Optional[options.Options] = None) -> str:
   write_file(os.path.join(generated, rule_table.FILE_NAME),
              rule_table.header())
   return generated
-
-
-def _compile(cxx: str, flags: List[str], sources: Sequence[str],
-             include_dirs: Sequence[str], out: str) -> Tuple[bool, str, str]:
-  """Runs the compiler: whether it succeeded, its messages, its command."""
-  command = compile_command(cxx, flags, sources, include_dirs, out)
-  try:
-    done = subprocess.run(command, capture_output=True, text=True,
-                          timeout=900, check=False)
-  except (OSError, subprocess.SubprocessError) as e:
-    return False, f"error: {e}\n", " ".join(command)
-  return done.returncode == 0, done.stderr, " ".join(command)
 
 
 def built_with(path: str) -> Dict[str, object]:
@@ -229,13 +108,13 @@ def compile_library(path: str, sources: Sequence[str],
   """Compiles `sources` into the shared library `path` unless it is there
   as its record describes it (`library_record`; else it is compiled
   again); returns `path`. Tries safer targets when a compile fails
-  (`_safer`); raises `KernelUnavailable` when none compiles, with the
+  (`compiler.safer`); raises `KernelUnavailable` when none compiles, with the
   compiler's output in `<path>.log`. One process compiles; others wait for
   it and find the library and its record."""
   problem = library_record.problem(path)
   if problem is None:
     return path
-  cxx = compiler()
+  cxx = compiler.compiler()
   if shutil.which(cxx) is None:
     unusable = (f"{path} in the kernel cache cannot be loaded ({problem}) "
                 "and there is " if os.path.exists(path) else "")
@@ -256,13 +135,13 @@ def compile_library(path: str, sources: Sequence[str],
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
     os.close(fd)
     attempts, outputs = [], []
-    flags: Optional[List[str]] = target(march)[0]
-    if _march(march) and not flags:
-      attempts.append({"flags": [f"-march={_march(march)}"],
+    flags: Optional[List[str]] = compiler.target(march)[0]
+    if compiler.march_flag_value(march) and not flags:
+      attempts.append({"flags": [f"-march={compiler.march_flag_value(march)}"],
                        "error": _REFUSED.format(cxx)})
     try:
       while flags is not None:
-        ok, output, command = _compile(cxx, flags, sources, include_dirs,
+        ok, output, command = compiler.run(cxx, flags, sources, include_dirs,
                                        tmp)
         if ok:
           record = library_record.describe(
@@ -277,7 +156,7 @@ def compile_library(path: str, sources: Sequence[str],
           return path
         outputs.append(f"$ {command}\n{output}")
         attempts.append({"flags": flags, "error": first_error(output)})
-        flags = _safer(flags, output)
+        flags = compiler.safer(flags, output)
     finally:
       if os.path.exists(tmp):
         os.remove(tmp)
@@ -306,7 +185,7 @@ def write_file(path: str, text: str) -> str:
 def source_texts() -> List[str]:
   """The texts a build compiles: the sources, the headers, the rule table."""
   texts = []
-  for source in SOURCES + HEADERS:
+  for source in compiler.SOURCES + compiler.HEADERS:
     with open(source) as f:
       texts.append(f.read())
   return texts + [rule_table.header()]
@@ -338,7 +217,7 @@ def build(opts: Optional[options.Options] = None) -> str:
     raise KernelUnavailable(
         f"the kernel cache {cache_dir(opts)} cannot be written ({e})",
         "Set TFEMB_KERNEL_CACHE to a writable directory.") from e
-  return compile_library(library_path(opts), SOURCES, [generated],
+  return compile_library(library_path(opts), compiler.SOURCES, [generated],
                          opts.kernel_march)
 
 
@@ -372,7 +251,7 @@ def _load_library(path: str, origin: str, record: Dict[str, object]) -> Loaded:
 
 def _try_load(opts: options.Options) -> Loaded:
   failure = None
-  if opts.kernel_march == AUTO:
+  if opts.kernel_march == compiler.AUTO:
     entry = packaged.find(source_digest())
     if entry is not None:
       try:

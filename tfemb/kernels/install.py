@@ -27,6 +27,7 @@ import tensorflow as tf
 from tfemb import atomic_files
 from tfemb import options
 from tfemb.kernels import build
+from tfemb.kernels import compiler
 from tfemb.kernels import library_record
 from tfemb.kernels import packaged
 
@@ -61,7 +62,7 @@ def targets() -> List[str]:
 
 def _macros(flags: Sequence[str]) -> set:
   done = subprocess.run(
-      [build.compiler()] + list(flags) + ["-dM", "-E", "-x", "c++",
+      [compiler.compiler()] + list(flags) + ["-dM", "-E", "-x", "c++",
                                           os.devnull],
       capture_output=True, text=True, timeout=60, check=True)
   found = set()
