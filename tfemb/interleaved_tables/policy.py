@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from tfemb import optimizers
 from tfemb import options
-from tfemb.kernels import build as kernel_build
+from tfemb.kernels import fused_ops
 
 
 def wanted(table, partitioned: bool,
@@ -24,7 +24,6 @@ def wanted(table, partitioned: bool,
   return (opts.interleaved_slots and optimizers.is_optimizer(opt) and
           bool(optimizers.identify(opt).slots) and
           opt.slot_variable_creation_fn is None and
-          optimizers.is_lazy(opt) and not partitioned and
           not tf.distribute.has_strategy() and
           not tf.config.list_logical_devices("GPU") and
-          kernel_build.load(opts) is not None)
+          fused_ops.serves(opt, partitioned, opts))

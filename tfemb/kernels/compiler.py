@@ -30,6 +30,7 @@ HEADERS = [os.path.join(SOURCE_DIR, name) for name in (
     "huge_pages.h",     # tables backed by 2 MiB pages
     "input_checks.h",   # a variable checked before it is read as floats
     "row_loops.h",      # a row's loops, compiled for the common widths
+    "tf_kernel.h",      # TensorFlow's kernel framework and names, once
     "update_rules.h",   # the optimizers' row rules and the whole update
 )]
 # -ffp-contract=off: no fused multiply-adds, so every float operation rounds

@@ -14,12 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/resource_mgr.h"
-#include "tensorflow/core/framework/resource_var.h"
-#include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/kernels/training_op_helpers.h"
+#include "tf_kernel.h"
 
 #include "column_split.h"
 #include "huge_pages.h"
@@ -28,19 +23,6 @@
 
 namespace tfemb {
 namespace {
-
-using ::tensorflow::DEVICE_CPU;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShapeUtils;
-using ::tensorflow::Var;
-using ::tensorflow::core::RefCountPtr;
-using ::tensorflow::shape_inference::DimensionHandle;
-using ::tensorflow::shape_inference::InferenceContext;
-using ::tensorflow::shape_inference::ShapeHandle;
-using CPUDevice = Eigen::ThreadPoolDevice;
 
 // Locks on variables, exclusive (a writer) or shared (a reader), taken in
 // the given order, released at the end of the scope.

@@ -6,9 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
+#include "tf_kernel.h"
 
 #include "apply_rows.h"
 #include "row_loops.h"
@@ -16,12 +14,6 @@
 
 namespace tfemb {
 namespace {
-
-using ::tensorflow::DEVICE_CPU;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
-using ::tensorflow::shape_inference::InferenceContext;
 
 // Whether TfembApplyRows with the same inputs would leave every touched row
 // of the table and of its slots finite, one bool per part (table); writes

@@ -43,23 +43,10 @@
 #include <vector>
 
 #include "tensorflow/core/framework/allocation_description.pb.h"
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/resource_mgr.h"
-#include "tensorflow/core/framework/shape_inference.h"
+#include "tf_kernel.h"
 
 namespace tfemb {
 namespace {
-
-using ::tensorflow::DEVICE_CPU;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
-using ::tensorflow::Var;
-using ::tensorflow::core::RefCountPtr;
-using ::tensorflow::shape_inference::InferenceContext;
 
 constexpr uintptr_t kPage = uintptr_t{2} << 20;   // released whole
 constexpr int64_t kChunkBytes = int64_t{64} << 20;  // moved between releases

@@ -16,12 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/resource_mgr.h"
-#include "tensorflow/core/framework/resource_var.h"
-#include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/kernels/training_op_helpers.h"
+#include "tf_kernel.h"
 
 #include "column_split.h"
 #include "huge_pages.h"
@@ -30,18 +25,6 @@
 
 namespace tfemb {
 namespace {
-
-using ::tensorflow::DEVICE_CPU;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
-using ::tensorflow::Var;
-using ::tensorflow::core::RefCountPtr;
-using ::tensorflow::shape_inference::InferenceContext;
-using ::tensorflow::shape_inference::ShapeHandle;
-using CPUDevice = Eigen::ThreadPoolDevice;
 
 absl::Status DedupGatherShape(InferenceContext* c) {
   int64_t dim;

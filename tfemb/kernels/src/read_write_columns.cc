@@ -9,31 +9,13 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/resource_mgr.h"
-#include "tensorflow/core/framework/resource_var.h"
-#include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/kernels/training_op_helpers.h"
+#include "tf_kernel.h"
 
 #include "column_split.h"
 #include "input_checks.h"
 
 namespace tfemb {
 namespace {
-
-using ::tensorflow::DEVICE_CPU;
-using ::tensorflow::OpKernel;
-using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::OpKernelContext;
-using ::tensorflow::Tensor;
-using ::tensorflow::TensorShape;
-using ::tensorflow::TensorShapeUtils;
-using ::tensorflow::Var;
-using ::tensorflow::core::RefCountPtr;
-using ::tensorflow::shape_inference::InferenceContext;
-using ::tensorflow::shape_inference::ShapeHandle;
-using CPUDevice = Eigen::ThreadPoolDevice;
 
 // Columns [begin, begin + width) of a [rows, n] variable, copied straight
 // from its buffer: one slot (or the parameters) of an interleaved table,
