@@ -36,6 +36,11 @@ if not os.path.isdir(os.path.join(CLIENTS, "official", "recommendation")):
     ("dlrm_criteo", "default"),
     ("dlrm_criteo", "mirrored"),
     ("dlrm_dcn_v2_criteo", "default"),
+    # `distribution_strategy: tpu`: Model Garden's own TPU set-up gives the
+    # host v5p-8's TPUStrategy, and its TPU branch (the SparseCore's
+    # per-replica output shapes and config) trains on tfemb's host
+    # TPUEmbeddingV2.
+    ("dlrm_criteo", "tpu"),
 ])
 def test_model_garden_trains_on_tfemb(experiment, strategy, tmp_path):
   env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2",
@@ -47,7 +52,10 @@ def test_model_garden_trains_on_tfemb(experiment, strategy, tmp_path):
   assert done.returncode == 0, done.stderr[-4000:]
   result = json.loads(done.stdout.strip().splitlines()[-1])
   assert result["layer"] == "tfemb.layers.embedding_layer.TPUEmbedding"
-  assert result["replicas"] == (2 if strategy == "mirrored" else 1)
+  assert result["replicas"] == {"mirrored": 2, "tpu": 4}.get(strategy, 1)
+  assert result["tpu_strategy"] == (strategy == "tpu")
+  assert result["engine"] == ("TPUEmbeddingV2" if strategy == "tpu" else
+                              "TPUEmbedding")
   assert len(result["moved"]) == 4 and min(result["moved"].values()) > 0
   for ours, model_gardens in result["rates"]:  # step by step
     assert ours == pytest.approx(model_gardens, rel=1e-6)

@@ -61,3 +61,24 @@ def test_multi_worker_tutorial_launches_two_workers(tmp_path):
   # Both workers hold the same tables, so they score the test set alike.
   assert aucs_by_worker["0"] == aucs_by_worker["1"]
   assert list(tmp_path.glob("ckpt-1.index"))
+
+
+@pytest.mark.runs_under("keras3")  # keras-rs is Keras 3's
+def test_keras_rs_tutorial_trains_as_on_a_v5p_8():
+  """Run as documented: `python -m tfemb.run --tpu v5p-8 ...`."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  result = subprocess.run(
+      [sys.executable, "-m", "tfemb.run", "--tpu", "v5p-8",
+       str(ROOT / "tutorials" / "keras_rs_on_cpu.py"), "--examples",
+       "60000", "--epochs", "3"], cwd=ROOT, env=env, capture_output=True,
+      text=True, timeout=600, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  out = result.stdout
+  assert "4 replicas, embedding hardware V2" in out
+  assert "SparseCore engine: tfemb.sparsecore.engine.TPUEmbeddingV2" in out
+  losses = [float(v) for v in re.search(
+      r"Training loss by epoch: (.*)", out)[1].split(", ")]
+  assert losses == sorted(losses, reverse=True) and len(losses) == 3
+  before = float(re.search(r"Test loss before training: ([0-9.]+)", out)[1])
+  after = float(re.search(r"Test loss after training: ([0-9.]+)", out)[1])
+  assert after < before - 0.03, out[-2000:]

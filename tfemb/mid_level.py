@@ -38,7 +38,8 @@ def _tpu_engine(feature_config, optimizer,
                                      pipeline_execution_with_tensor_core)
 
 
-@delegate.delegated_on_tpu(_tpu_engine)
+@delegate.delegated_on_tpu(_tpu_engine,
+                          delegate.EmbeddingFeature.V1)
 class TPUEmbedding(HostEmbedding):
   """`tf.tpu.experimental.embedding.TPUEmbedding` with the TPU's numbers.
 

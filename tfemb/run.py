@@ -1,6 +1,7 @@
-"""`python -m tfemb.run script.py ARGS...` (or `-m package.module ARGS...`):
-runs a TPU program unchanged off the TPU, under `tfemb.patch()`
-(`tfemb.patching`), as `python script.py ARGS...` (or `python -m ...`)
+"""`python -m tfemb.run [--tpu TYPE] script.py ARGS...` (or `-m
+package.module ARGS...`): runs a TPU program unchanged off the TPU, under
+`tfemb.patch(tpu=TYPE)` (`tfemb.patching`; without `--tpu`, the type
+`TFEMB_TPU` names, if any), as `python script.py ARGS...` (or `python -m ...`)
 runs it: `sys.argv` is `[script.py, ARGS...]`, the script's `__file__` is
 its absolute path and its directory is `sys.path[0]` (in place of the
 working directory `-m` put there); a script that cannot be opened, or a
@@ -16,10 +17,13 @@ import os
 import runpy
 import sys
 import types
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
-_USAGE = ("usage: python -m tfemb.run script.py [ARGS...]\n"
-          "       python -m tfemb.run -m package.module [ARGS...]")
+_USAGE = ("usage: python -m tfemb.run [--tpu TYPE] script.py [ARGS...]\n"
+          "       python -m tfemb.run [--tpu TYPE] -m package.module "
+          "[ARGS...]\n"
+          "--tpu TYPE: run the program's TPU on the CPU as that Cloud TPU "
+          "type (e.g. v5p-8)")
 
 
 class _NotFound(ImportError):
@@ -79,8 +83,31 @@ def _run_script(code, path: str) -> None:
     sys.modules["__main__"] = saved
 
 
+def _tpu_option(argv: List[str]) -> Tuple[Optional[str], List[str]]:
+  """(`--tpu`'s TYPE or None, the arguments after it)."""
+  if argv[:1] == ["--tpu"]:
+    if len(argv) < 2:
+      raise _UsageError("--tpu needs a TPU type, e.g. --tpu v5p-8")
+    return argv[1], argv[2:]
+  if argv and argv[0].startswith("--tpu="):
+    return argv[0][len("--tpu="):], argv[1:]
+  return None, argv
+
+
+class _UsageError(Exception):
+  pass
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
+  try:
+    tpu, argv = _tpu_option(argv)
+    if tpu is not None:
+      from tfemb.tpu import tpu_types  # pylint: disable=g-import-not-at-top
+      tpu_types.lookup(tpu)  # an unknown type fails before the program
+  except (_UsageError, ValueError) as e:
+    print(f"{_USAGE}\nerror: {e}", file=sys.stderr)
+    return 2
   if not argv or argv[0] in ("-h", "--help") or argv == ["-m"]:
     print(_USAGE, file=sys.stderr)
     return 0 if argv[:1] in (["-h"], ["--help"]) else 2
@@ -95,7 +122,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       print(failure[0], file=sys.stderr)
       return failure[1]
   import tfemb  # pylint: disable=g-import-not-at-top
-  with tfemb.patch():
+  with tfemb.patch(tpu=tpu):
     if argv[0] == "-m":
       sys.argv = argv[1:]
       runpy.run_module(argv[1], run_name="__main__", alter_sys=True)

@@ -37,7 +37,8 @@ def _tpu_engine(feature_config, optimizer):
       embedding_feature=delegate.EmbeddingFeature.UNSUPPORTED)
 
 
-@delegate.delegated_on_tpu(_tpu_engine)
+@delegate.delegated_on_tpu(_tpu_engine,
+                          delegate.EmbeddingFeature.UNSUPPORTED)
 class TPUEmbeddingV0(HostEmbedding):
   """`tf.tpu.experimental.embedding.TPUEmbeddingV0`, on any strategy.
 

@@ -4,8 +4,10 @@ tables, trains it on Model Garden's synthetic data step by step, and
 prints what the test checks as JSON.
 
 `python model_garden_worker.py EXPERIMENT STRATEGY CHECKPOINT_DIR`
-(STRATEGY: default or mirrored, over 2 logical CPUs). Needs tf_keras
-(`TF_USE_LEGACY_KERAS=1`), as Model Garden does.
+(STRATEGY: default; mirrored, over 2 logical CPUs; or tpu: Model Garden's
+`distribution_strategy: tpu`, its own `get_distribution_strategy("tpu")`,
+on tfemb's host v5p-8). Needs tf_keras (`TF_USE_LEGACY_KERAS=1`), as Model
+Garden does.
 """
 
 import json
@@ -16,13 +18,17 @@ import tensorflow as tf
 
 import tfemb
 
-tfemb.patch()
+# A TPU run emulates a v5p-8 (4 replicas, SparseCores) from the start:
+# before TensorFlow sets up its devices.
+tfemb.patch(tpu="v5p-8" if sys.argv[2:3] == ["tpu"] else None)
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+from official.common import distribute_utils
 from official.core import exp_factory
 from official.recommendation.ranking import common
 from official.recommendation.ranking import task as ranking_task
 import tfemb.layers
+from tfemb.sparsecore import table_stacking
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
 STEPS = 40
@@ -48,7 +54,14 @@ def make_task(experiment):
 
 
 def tables(layer):
-  return {t.name: v.numpy() for t, v in layer.embedding_tables.items()}
+  """Each table's rows by table name; a SparseCore run's stacked tables
+  (by stacked name) unstacked into them."""
+  found = layer.embedding_tables
+  if all(not isinstance(t, str) for t in found):
+    return {t.name: v.numpy() for t, v in found.items()}
+  engine = layer._tpu_embedding  # pylint: disable=protected-access
+  return table_stacking.to_unstacked(
+      engine._stacking, {n: v.numpy() for n, v in found.items()})  # pylint: disable=protected-access
 
 
 def main(experiment, strategy_name, checkpoint_dir):
@@ -56,11 +69,16 @@ def main(experiment, strategy_name, checkpoint_dir):
   # random: a fixed seed makes the held batch's loss, which falls by a few
   # hundredths over these steps, the same on every run.
   tf.keras.utils.set_random_seed(SEED)
-  tf.config.set_logical_device_configuration(
-      tf.config.list_physical_devices("CPU")[0],
-      [tf.config.LogicalDeviceConfiguration()] * 2)
-  strategy = (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-              if strategy_name == "mirrored" else tf.distribute.get_strategy())
+  if strategy_name == "tpu":  # Model Garden's own TPU set-up
+    strategy = distribute_utils.get_distribution_strategy(
+        distribution_strategy="tpu", tpu_address="")
+  else:
+    tf.config.set_logical_device_configuration(
+        tf.config.list_physical_devices("CPU")[0],
+        [tf.config.LogicalDeviceConfiguration()] * 2)
+    strategy = (tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+                if strategy_name == "mirrored" else
+                tf.distribute.get_strategy())
   params, task = make_task(experiment)
   with strategy.scope():
     model = task.build_model()
@@ -97,6 +115,8 @@ def main(experiment, strategy_name, checkpoint_dir):
       "rates": rates,
       "losses": losses,
       "held_loss": [held_before, held_after],
+      "engine": type(layer._tpu_embedding).__name__,  # pylint: disable=protected-access
+      "tpu_strategy": isinstance(strategy, tf.distribute.TPUStrategy),
   }))
 
 

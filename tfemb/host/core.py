@@ -26,6 +26,7 @@ from tfemb import shapes
 from tfemb.host import step
 from tfemb.host import table_paths
 from tfemb.host import table_store
+from tfemb.host import step_guards
 from tfemb.host.paths import TablePath
 from tfemb.serving import savedmodel
 
@@ -276,6 +277,8 @@ class EngineCore:
 
   def gather(self, feature_ids: Sequence[int], lookups) -> step.Batch:
     """The batch's lookups of `feature_ids`, each table's ids once."""
+    step_guards.refuse_xla("An embedding lookup")
+    step_guards.check_strategy(self.strategy, "The embedding engine")
     return step.gather(self.layout.step_config, self.paths, feature_ids,
                        lookups)
 
@@ -294,5 +297,7 @@ class EngineCore:
             ) -> None:
     """The batch's update, all or nothing under the policy
     (`step.apply`)."""
+    step_guards.refuse_xla("An embedding update")
+    step_guards.check_strategy(self.strategy, "The embedding engine")
     step.apply(self.layout.step_config, batch, flat_grads, self.policy, more,
                loss_scaled)

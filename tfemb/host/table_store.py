@@ -40,22 +40,33 @@ class TableStore:
     options: the engine's `tfemb.options.Options`.
     slot_initializers: by table name, its slots' initializers where they
       are not the optimizer's (`tfemb.sparsecore.stacked_variables`).
+    trainable: whether the tables' parameters are trainable variables
+      (slots never are). TensorFlow's SparseCore engine makes none
+      trainable: its step trains them, and code that looks them up under
+      `tf.custom_gradient` (keras-rs) needs them so.
   """
 
   def __init__(self, tables: List[Any], strategy, options,
-               slot_initializers: Optional[Dict[str, List[Any]]] = None):
+               slot_initializers: Optional[Dict[str, List[Any]]] = None,
+               trainable: bool = True):
     self._tables = tables
     self._strategy = strategy
     self._options = options
     self._slot_initializers = slot_initializers or {}
+    self._trainable = trainable
     self.partitioner = None  # `TPUEmbedding.table_partitioner`
 
   def like(self, tables: List[Any],
-           slot_initializers: Optional[Dict[str, List[Any]]] = None
-          ) -> "TableStore":
+           slot_initializers: Optional[Dict[str, List[Any]]] = None,
+           trainable: bool = True) -> "TableStore":
     """A store of `tables` under this one's strategy and options."""
     return TableStore(tables, self._strategy, self._options,
-                      slot_initializers)
+                      slot_initializers, trainable)
+
+  @property
+  def strategy(self):
+    """The strategy the engine was created under."""
+    return self._strategy
 
   @property
   def partitioned(self) -> bool:
@@ -140,7 +151,7 @@ class TableStore:
         shape=shapes[name],
         dtype=tf.float32,
         getter=getter,
-        trainable=trainable,
+        trainable=trainable and self._trainable,
         overwrite=True)  # a build that failed part way may be retried
 
   def _plain(self, table, name, dtype, initializer, trainable, blocks):

@@ -143,7 +143,7 @@ class TPUEmbedding(tf.keras.layers.Layer):
                                       normalize=normalize_optimizer)
     self._feature_config = self._config.structure
     self._creation_strategy = tf.distribute.get_strategy()
-    self._on_tpu = delegate.on_tpu(self._creation_strategy)
+    self._on_tpu = delegate.tpu_branches(self._creation_strategy)
     self._sparse_core_embedding_config = sparse_core_embedding_config
     self._pipeline_execution_with_tensor_core = (
         pipeline_execution_with_tensor_core)
@@ -214,7 +214,7 @@ class TPUEmbedding(tf.keras.layers.Layer):
     """As tfrs: created and called under the same kind of strategy."""
     created = self._creation_strategy
     current = tf.distribute.get_strategy()
-    if delegate.on_tpu(current) == self._on_tpu:
+    if delegate.tpu_branches(current) == self._on_tpu:
       return
     if not self._on_tpu:
       raise RuntimeError(

@@ -20,6 +20,7 @@ from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-i
 
 from tfemb import resolution
 from tfemb.host import core
+from tfemb.host import step_guards
 from tfemb.sparsecore import combiner as combiner_lib
 from tfemb.sparsecore import applied_optimizer
 from tfemb.sparsecore import checkpoint_layouts
@@ -33,7 +34,8 @@ from tfemb.tpu import delegate
 _no_autograph = tf.autograph.experimental.do_not_convert
 
 
-@delegate.delegated_on_tpu(delegate.make_tpu_embedding_v2)
+@delegate.delegated_on_tpu(delegate.make_tpu_embedding_v2,
+                          delegate.EmbeddingFeature.V2)
 class TPUEmbeddingV2(core.Engine):
   """`tf.tpu.experimental.embedding.TPUEmbeddingV2`, computed on the host.
 
@@ -50,7 +52,8 @@ class TPUEmbeddingV2(core.Engine):
       `disable_table_stacking` shapes the stacking.
 
   The tables are laid out for `strategy.num_replicas_in_sync` chips of 4
-  SparseCores each, as TensorFlow lays them out on such a TPU; TensorFlow's
+  SparseCores each (under a host TPUStrategy, the type's SparseCores per
+  chip), as TensorFlow lays them out on such a TPU; TensorFlow's
   checkpoint adapter reshards them for another number of chips.
   """
 
@@ -73,7 +76,8 @@ class TPUEmbeddingV2(core.Engine):
         pipeline_execution_with_tensor_core)
     self._sparse_core_embedding_config = sparse_core_embedding_config
     layout = stacked_layout.StackedLayout(
-        config, strategy.num_replicas_in_sync, sparse_core_embedding_config)
+        config, strategy.num_replicas_in_sync, sparse_core_embedding_config,
+        stacked_layout.sparse_cores_per_chip(strategy))
     # The core sees a `TableLayout`; the stacking, remaps and padding are
     # the stacked layout's own, read here.
     self._layout = data_structures.NoDependency(layout)
@@ -178,6 +182,7 @@ class TPUEmbeddingV2(core.Engine):
     if device is not None and tf.DeviceSpec.from_string(
         device).device_type != "TPU":
       raise ValueError("Non-TPU device {} passed to enqueue.".format(device))
+    step_guards.refuse_xla("TPUEmbeddingV2's lookup")
     # One host: every replica's batch is looked up where it runs.
     self._maybe_build()
     feature_ids, lookups, kept = enqueue_lib.lookups(

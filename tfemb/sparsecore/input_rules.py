@@ -22,6 +22,13 @@ def _kind(x) -> Optional[str]:
   return next((name for cls, name in _KINDS if isinstance(x, cls)), None)
 
 
+def _as_samples(x: tf.Tensor, size: int, sample_count: int) -> tf.Tensor:
+  """`x` (`size` values) traced as `sample_count` values, for a graph that
+  fails its size check before it uses them."""
+  padded = tf.pad(x, [[0, max(0, sample_count - size)]])
+  return tf.slice(padded, [0], [sample_count])
+
+
 def _dense(path: str, x: tf.Tensor, w: Optional[tf.Tensor],
            sample_count: Optional[int]) -> Tuple[Any, Any]:
   """One id per sample: [sample_count] ids, or with weights a
@@ -35,17 +42,25 @@ def _dense(path: str, x: tf.Tensor, w: Optional[tf.Tensor],
              "(the size of output_shape).")
   if sample_count is None:
     pass
-  elif size is None:  # known when the batch runs
+  elif size is not None and size != sample_count and tf.executing_eagerly():
+    raise ValueError(message.format(size))
+  elif size is None or size != sample_count:
+    # In a function TensorFlow checks when the batch runs, as its
+    # preprocessing op does: Keras' symbolic build traces placeholders of
+    # another size (sparse inputs made dense) that never run.
     check = validation.assertion(
         tf.equal(validation.size_as_run(ids), sample_count),
-                                 message.format("another number of"))
+        message.format("another number of" if size is None else size))
     with tf.control_dependencies(check):
       ids = tf.identity(ids)
-  elif size != sample_count:
-    raise ValueError(message.format(size))
+    if size is not None:  # of another size: the check fails if it runs
+      ids = _as_samples(ids, size, sample_count)
   if w is None:
     return ids, None
   weights = tf.reshape(w, [-1])
+  if size is not None and sample_count is not None and size != sample_count:
+    weights = _as_samples(weights, size, sample_count)
+    size = sample_count
   if weights.shape[0] is not None and size is not None and (
       weights.shape[0] != size):
     raise ValueError(

@@ -24,8 +24,22 @@ from tfemb.sparsecore import trained_config
 _DEFAULT_SC_PER_CHIP = 4  # TensorFlow's, when the hardware does not say
 
 
+def sparse_cores_per_chip(strategy) -> int:
+  """As `TPUEmbeddingV2` reads it: the TPU's
+  `num_embedding_devices_per_chip` under a TPU strategy (a host one here),
+  4 where that is 0 or there is no TPU."""
+  if isinstance(strategy, (tf.distribute.TPUStrategy,
+                           tf.distribute.experimental.TPUStrategy)):
+    feature = strategy.extended.tpu_hardware_feature
+    if feature.num_embedding_devices_per_chip:
+      return feature.num_embedding_devices_per_chip
+  return _DEFAULT_SC_PER_CHIP
+
+
 class StackedLayout(core.TableLayout):
-  """The tables of `config` stacked for `num_chips` chips of 4 SparseCores,
+  """The tables of `config` stacked for `num_chips` chips of
+  `num_sc_per_chip` SparseCores (TensorFlow's 4 where the hardware does not
+  say),
   as TensorFlow stacks them under `sparse_core_embedding_config` (None:
   its defaults).
 
@@ -35,10 +49,11 @@ class StackedLayout(core.TableLayout):
   """
 
   def __init__(self, config: resolution.Resolved, num_chips: int,
-               sparse_core_embedding_config=None):
+               sparse_core_embedding_config=None,
+               num_sc_per_chip: int = _DEFAULT_SC_PER_CHIP):
     self.stacking = table_stacking.stack(
         config.tables, list(zip(config.paths, config.features)), num_chips,
-        _DEFAULT_SC_PER_CHIP, sparse_core_embedding_config)
+        num_sc_per_chip, sparse_core_embedding_config)
     self._stacked_tables, self._trained = trained_config.stacked_config(
         config, self.stacking)
     self._vocabulary = {t.name: t.vocabulary_size for t in config.tables}

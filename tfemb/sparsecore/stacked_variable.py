@@ -35,15 +35,19 @@ class StackedVariable(variable_view.VariableView, trackable.Trackable):
   Reading it (`value`, `read_value`, `numpy`, `tf.convert_to_tensor`,
   indexing) gathers the blocks into one tensor; `assign` writes each
   table's blocks into its variable. Under a `MirroredStrategy`, `values`
-  are the stacked variables of each replica's copies.
+  are the stacked variables of each replica's copies; with `chips` (under
+  a TPU strategy, a host one here) they are the `chips` shards of rows
+  each chip holds, as TensorFlow's sharded variable gives them.
   """
 
   def __init__(self, name: str, tables: Sequence[Any],
-               rows_per_shard: Sequence[int], num_shards: int):
+               rows_per_shard: Sequence[int], num_shards: int,
+               chips: int = 0):
     self._view_name = name
     self._tables = list(tables)
     self._rows = list(rows_per_shard)
     self._shards = num_shards
+    self._chips = chips
     inner = self._tables[0].shape[1:]
     self._shape = tf.TensorShape([num_shards * sum(self._rows)]).concatenate(
         inner)
@@ -79,7 +83,11 @@ class StackedVariable(variable_view.VariableView, trackable.Trackable):
 
   @property
   def values(self):
-    """One `StackedVariable` per copy of its tables' (mirrored) variables."""
+    """One `StackedVariable` per copy of its tables' (mirrored) variables,
+    or with `chips`, each chip's `ChipShard`."""
+    if self._chips:
+      return tuple(ChipShard(self, chip, self._chips)
+                   for chip in range(self._chips))
     copies = [replicas.copies(t) for t in self._tables]
     return tuple(StackedVariable(self._view_name, tables, self._rows,
                                  self._shards) for tables in zip(*copies))
@@ -128,6 +136,37 @@ class StackedVariable(variable_view.VariableView, trackable.Trackable):
                         read_value=False)
            for k, table in enumerate(self._tables)]  # blocks: shard by shard
     return tf.group([op for op in ops if op is not None])
+
+
+class ChipShard:
+  """The rows of a stacked variable that chip `chip` of `chips` holds (a
+  contiguous `1 / chips` of them, the chip's SparseCores' shards), read
+  as a TPU's sharded variable's shard reads."""
+
+  def __init__(self, stacked: StackedVariable, chip: int, chips: int):
+    self._stacked = stacked
+    self._rows = stacked.shape[0] // chips
+    self._start = chip * self._rows
+    self.name = f"{stacked.name}/chip_{chip}"
+
+  @property
+  def shape(self) -> tf.TensorShape:
+    return tf.TensorShape([self._rows]).concatenate(self._stacked.shape[1:])
+
+  @property
+  def dtype(self) -> tf.DType:
+    return self._stacked.dtype
+
+  def value(self) -> tf.Tensor:
+    return self._stacked.value()[self._start:self._start + self._rows]
+
+  read_value = value
+
+  def numpy(self):
+    return self.value().numpy()
+
+  def __array__(self, dtype=None):
+    return self.numpy() if dtype is None else self.numpy().astype(dtype)
 
 
 class _StackedSaveable(saveable_object.SaveableObject):

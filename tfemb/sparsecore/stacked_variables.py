@@ -18,6 +18,7 @@ from tfemb import initialization
 from tfemb import optimizers
 from tfemb import tf_internals
 from tfemb.host import table_store
+from tfemb.tpu import delegate
 from tfemb.sparsecore.restored_stack import RestoredTable
 from tfemb.sparsecore.restored_stack import RestoredValue
 from tfemb.sparsecore.stacked_blocks import rows_per_shard
@@ -62,12 +63,18 @@ def create(owner, holder, stacking, store, stacked_tables, trained):
                      if name in restored else default)
     slot_initializers[table.name] = inits
     tables.append(table)
-  own_variables = store.like(tables, slot_initializers).create(holder)
+  # Not trainable, as TensorFlow's SparseCore tables.
+  own_variables = store.like(tables, slot_initializers,
+                             trainable=False).create(holder)
   for value in restored.values():
     value.release()
 
   stacked = {}
   n = stacking.num_sparse_cores
+  # Under a TPU's strategy (a host one here), a stacked variable's `values`
+  # are its chips' shards, as TensorFlow's sharded variable gives them.
+  chips = (stacking.num_partitions
+           if delegate.tpu_branches(store.strategy) else 0)
   for config in stacked_tables:
     names = stacking.stacked_tables[config.name].table_names
     rows = rows_per_shard(stacking, config.name)
@@ -75,7 +82,8 @@ def create(owner, holder, stacking, store, stacked_tables, trained):
     views = {}
     for slot in ["parameters"] + table_store.slot_names(config):
       name = config.name if slot == "parameters" else f"{config.name}/{slot}"
-      view = StackedVariable(name, [m[slot] for m in members], rows, n)
+      view = StackedVariable(name, [m[slot] for m in members], rows, n,
+                             chips)
       views[slot] = _track(owner, name, view)
     stacked[config.name] = views
   return stacked, own_variables

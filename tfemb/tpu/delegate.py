@@ -12,15 +12,22 @@ the TPU's embedding hardware, as tensorflow-recommenders' layer does:
 | `UNSUPPORTED` (none) | `tf.tpu.experimental.embedding.TPUEmbeddingV0` |
 
 Nothing else happens here: what the returned object computes is TensorFlow's.
+
+Under a host `TPUStrategy` (`tfemb.patch(tpu=TYPE)`, `tfemb.tpu.host_strategy`)
+the program's TPU branches run (`tpu_branches`), but the engine for the
+type's embedding hardware is tfemb's host engine of that generation
+(`tfemb.TPUEmbedding`, `tfemb.TPUEmbeddingV2`, `tfemb.TPUEmbeddingV0`): the
+TPU's numbers on the CPU.
 """
 
 import inspect
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, Optional
 
 import tensorflow as tf
 
 from tfemb import tf_conversion
 from tfemb import tf_versions
+from tfemb.tpu import host_strategy
 from tfemb.tpu.tensorflow_classes import tensorflow_engine
 
 EmbeddingFeature = tf.tpu.experimental.HardwareFeature.EmbeddingFeature
@@ -31,18 +38,34 @@ _TPU_STRATEGIES = (tf.distribute.TPUStrategy,
                    tf.distribute.experimental.TPUStrategy)
 
 
-def on_tpu(strategy: Optional[Any] = None) -> bool:
-  """The one TPU-or-host decision: whether TensorFlow's TPU engines do the
-  work under `strategy` (default: the current one), i.e. whether it is a
-  TPU strategy, as TensorFlow's engines check. Asked by the layer
-  (`tfemb.layers`), the mid-level classes (`delegated_on_tpu`) and the
-  patch's entry (`tfemb.patching`)."""
+def tpu_branches(strategy: Optional[Any] = None) -> bool:
+  """Whether `strategy` (default: the current one) is a TPU strategy, as
+  TensorFlow's engines and tfrs check: a TPU's, or a host one. The Keras
+  layer takes the TPU's path where this holds."""
   if strategy is None:
     strategy = tf.distribute.get_strategy()
   return isinstance(strategy, _TPU_STRATEGIES)
 
 
-def delegated_on_tpu(make_tpu_engine: Callable[..., Any]):
+def on_tpu(strategy: Optional[Any] = None) -> bool:
+  """The one TPU-or-host decision: whether TensorFlow's TPU engines do the
+  work under `strategy` (default: the current one): a TPU strategy that is
+  not a host one. Asked by the mid-level classes (`delegated_on_tpu`), the
+  engine factory (`make_tpu_embedding`) and the patch's entry
+  (`tfemb.patching`)."""
+  if strategy is None:
+    strategy = tf.distribute.get_strategy()
+  return tpu_branches(strategy) and not host_strategy.is_host_tpu_strategy(
+      strategy)
+
+
+# tfemb's host engine of each embedding feature, registered by the classes
+# themselves (`delegated_on_tpu`): what a host TPUStrategy's program gets.
+_HOST_ENGINES: Dict[EmbeddingFeature, type] = {}
+
+
+def delegated_on_tpu(make_tpu_engine: Callable[..., Any],
+                     feature: Optional[EmbeddingFeature] = None):
   """Class decorator for a mid-level class: created with arguments where
   `on_tpu()`, the class gives TensorFlow's own engine,
   `make_tpu_engine(*args, **kwargs)`, instead of an instance of itself (no
@@ -50,7 +73,9 @@ def delegated_on_tpu(make_tpu_engine: Callable[..., Any]):
   `__new__` it installs shows the class's `__init__` arguments, so
   `inspect.signature`, `help()` and IDEs see the constructor's, as for
   TensorFlow's class (Python reads a class's signature from its own
-  `__new__` first)."""
+  `__new__` first). With `feature`, the class is tfemb's host engine of
+  that embedding hardware, which `make_tpu_embedding` gives under a host
+  TPUStrategy."""
 
   def decorate(cls):
     def __new__(klass, *args, **kwargs):  # pylint: disable=invalid-name
@@ -60,6 +85,8 @@ def delegated_on_tpu(make_tpu_engine: Callable[..., Any]):
 
     __new__.__signature__ = inspect.signature(cls.__init__)
     cls.__new__ = staticmethod(__new__)
+    if feature is not None:
+      _HOST_ENGINES[feature] = cls
     return cls
 
   return decorate
@@ -110,11 +137,15 @@ def make_tpu_embedding(feature_config: Any,
     `TPUEmbeddingV0`.
   """
   strategy = strategy or tf.distribute.get_strategy()
-  if not on_tpu(strategy):
+  if not tpu_branches(strategy):
     raise ValueError(
         f"The TPU delegate needs a TPUStrategy, got {type(strategy).__name__}; "
         "off the TPU, tfemb.TPUEmbedding is the host engine.")
   feature = resolve_embedding_feature(strategy, embedding_feature)
+  if not on_tpu(strategy):  # a host TPUStrategy
+    return _host_engine(feature, feature_config, optimizer,
+                        pipeline_execution_with_tensor_core,
+                        sparse_core_embedding_config)
   feature_config, optimizer = tf_conversion.to_tensorflow(
       (feature_config, optimizer))
   # TensorFlow's own classes, even where tfemb.patch() routed the names.
@@ -130,6 +161,23 @@ def make_tpu_embedding(feature_config: Any,
     return engine("TPUEmbeddingV0")(feature_config, optimizer)
   raise ValueError(f"Unknown TPU embedding feature {feature!r}; expected one "
                    f"of {list(EmbeddingFeature)}.")
+
+
+def _host_engine(feature: EmbeddingFeature, feature_config: Any,
+                 optimizer: Optional[Any],
+                 pipeline_execution_with_tensor_core: bool,
+                 sparse_core_embedding_config: Optional[Any]):
+  """tfemb's host engine of `feature`'s generation, under a host
+  TPUStrategy (`tfemb.TPUEmbedding`, `TPUEmbeddingV2`, `TPUEmbeddingV0`)."""
+  engine = _HOST_ENGINES[feature]
+  if feature == EmbeddingFeature.V1:
+    return engine(feature_config, optimizer,
+                  pipeline_execution_with_tensor_core)
+  if feature == EmbeddingFeature.V2:
+    return engine(feature_config, optimizer,
+                  pipeline_execution_with_tensor_core,
+                  sparse_core_embedding_config)
+  return engine(feature_config, optimizer)
 
 
 def make_tpu_embedding_v2(feature_config: Any,

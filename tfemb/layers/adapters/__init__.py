@@ -37,7 +37,8 @@ def make_adapter(on_tpu, config, optimizer, strategy,
   """The adapter for `strategy`: a host engine unless `on_tpu`.
 
   Args:
-    on_tpu: the layer's `tfemb.tpu.delegate.on_tpu(strategy)`.
+    on_tpu: the layer's `tfemb.tpu.delegate.tpu_branches(strategy)` (a TPU's
+      strategy or a host one: the engine is then the TPU's or tfemb's).
     config: the layer's `tfemb.resolution.Resolved` configuration (named
       tables with their optimizers), which the host engines take as it is.
     optimizer: the layer's embedding optimizer (or None).

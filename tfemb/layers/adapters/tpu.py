@@ -1,5 +1,7 @@
 """On a TPU: TensorFlow's engines, called as tensorflow-recommenders'
-layer calls them; TensorFlow keys their tables by table name."""
+layer calls them; TensorFlow keys their tables by table name. Under a host
+TPUStrategy (`tfemb.patch(tpu=TYPE)`) the same calls reach tfemb's host
+engine of the type's generation (`tfemb.tpu.delegate`)."""
 
 import tensorflow as tf
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
@@ -7,6 +9,7 @@ from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-i
 from tfemb import resolution
 from tfemb import tf_conversion
 from tfemb import tf_internals
+from tfemb.host import core
 from tfemb.layers import gradient_trap
 from tfemb.layers.adapters import stacked
 from tfemb.layers.adapters.base import EngineAdapter
@@ -28,7 +31,10 @@ class TPUAdapter(EngineAdapter):
             tf_features, optimizer, pipeline_execution_with_tensor_core,
             strategy=strategy, embedding_feature=embedding_feature,
             sparse_core_embedding_config=sparse_core_embedding_config))
-    self._learning_rates = resolution.counting_learning_rates(config.tables)
+    # Under a host TPUStrategy the engine is tfemb's, which counts its
+    # steps itself (`tfemb.host.step`); TensorFlow's does not.
+    self._learning_rates = ([] if isinstance(self.engine, core.Engine) else
+                            resolution.counting_learning_rates(config.tables))
 
   def _count_step(self):
     """After `apply_gradients`: Keras-translated learning rates count the
