@@ -40,7 +40,8 @@ if not os.path.isdir(os.path.join(CLIENTS, "official", "recommendation")):
     # host v5p-8's TPUStrategy, and its TPU branch (the SparseCore's
     # per-replica output shapes and config) trains on tfemb's host
     # TPUEmbeddingV2.
-    ("dlrm_criteo", "tpu"),
+    pytest.param("dlrm_criteo", "tpu",
+                 marks=pytest.mark.requires_tensorflow("2.17")),
 ])
 def test_model_garden_trains_on_tfemb(experiment, strategy, tmp_path):
   env = dict(os.environ, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="2",

@@ -64,6 +64,7 @@ def test_multi_worker_tutorial_launches_two_workers(tmp_path):
 
 
 @pytest.mark.runs_under("keras3")  # keras-rs is Keras 3's
+@pytest.mark.requires_tensorflow("2.17")  # and needs TF's SparseCore classes
 def test_keras_rs_tutorial_trains_as_on_a_v5p_8():
   """Run as documented: `python -m tfemb.run --tpu v5p-8 ...`."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")

@@ -18,10 +18,10 @@ import reference
 import tfemb
 from tfemb.sparsecore import table_stacking
 
-pytestmark = [pytest.mark.runs_under("keras3")]
-keras_rs = pytest.importorskip("keras_rs")
+# keras-rs is Keras 3's, and needs TensorFlow's SparseCore classes (2.17).
+pytestmark = [pytest.mark.runs_under("keras3"),
+              pytest.mark.requires_tensorflow("2.17")]
 import keras  # pylint: disable=g-import-not-at-top,wrong-import-position
-keras.config.disable_traceback_filtering()
 
 GLOBAL_BATCH, STEPS, SEQUENCE = 16, 3, 3
 TABLES = {"small": (20, 4, "sum"), "wide": (30, 8, "mean")}
@@ -86,6 +86,7 @@ def _tensor(rows, input_type, dtype):
 def _model(input_type, optimizer, placement, stacking):
   """Per feature a table of its own; the prediction is the sum of every
   activation."""
+  import keras_rs  # pylint: disable=g-import-not-at-top
   make, _, _ = OPTIMIZERS[optimizer]
   features = {}
   for name, (vocab, dim, combiner) in TABLES.items():

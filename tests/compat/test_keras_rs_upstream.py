@@ -19,8 +19,9 @@ import pytest
 
 import helpers
 
-pytestmark = [pytest.mark.runs_under("keras3")]
-keras_rs = pytest.importorskip("keras_rs")
+# keras-rs is Keras 3's, and needs TensorFlow's SparseCore classes (2.17).
+pytestmark = [pytest.mark.runs_under("keras3"),
+              pytest.mark.requires_tensorflow("2.17")]
 
 UPSTREAM = os.path.join(helpers.ROOT, "tests", "compat", "keras_rs_upstream")
 

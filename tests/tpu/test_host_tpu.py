@@ -20,6 +20,8 @@ from tfemb.tpu import tpu_types
 
 EmbeddingFeature = tf.tpu.experimental.HardwareFeature.EmbeddingFeature
 TPU_STRATEGY = tf.distribute.TPUStrategy  # TensorFlow's, before any patch
+# The SparseCore host engine needs TensorFlow 2.17's stacker.
+SPARSECORE = pytest.mark.requires_tensorflow("2.17")
 
 # The issue's table of types (Cloud TPU's documentation): replicas,
 # embedding hardware, SparseCores per chip.
@@ -142,7 +144,8 @@ def test_the_strategy_api_as_on_a_tpu(tpu, tmp_path):
 
 
 @pytest.mark.parametrize("tpu,engine", [
-    ("v4-8", "TPUEmbedding"), ("v5p-8", "TPUEmbeddingV2"),
+    ("v4-8", "TPUEmbedding"),
+    pytest.param("v5p-8", "TPUEmbeddingV2", marks=SPARSECORE),
     ("v5litepod-4", "TPUEmbeddingV0")], indirect=["tpu"])
 def test_each_generation_gets_tfembs_host_engine(tpu, engine):
   table = tfemb.TableConfig(16, 4, name="t")
@@ -160,9 +163,10 @@ def _global_batch(rng, steps, batch, vocab):
           for _ in range(steps)]
 
 
-@pytest.mark.parametrize("tpu,case", [("v4-8", "adagrad"), ("v4-8", "ftrl"),
-                                      ("v5p-8", "adam"), ("v6e-4", "sgd")],
-                         indirect=["tpu"])
+@pytest.mark.parametrize("tpu,case", [
+    ("v4-8", "adagrad"), ("v4-8", "ftrl"),
+    pytest.param("v5p-8", "adam", marks=SPARSECORE),
+    pytest.param("v6e-4", "sgd", marks=SPARSECORE)], indirect=["tpu"])
 def test_replicas_train_as_one_on_the_global_batch(tpu, case):
   """A TPU training loop (the type's engine protocol, `strategy.run`) over
   4 replicas gives the reference's tables for the global batch."""
@@ -298,6 +302,7 @@ def _lookup_step(tpu, embedding):
   return lambda ids: tpu.run(replica, args=(ids,))
 
 
+@SPARSECORE
 @pytest.mark.parametrize("tpu", ["v5p-8"], indirect=True)
 def test_jit_compile_and_a_second_strategy_are_refused_untouched(tpu):
   with tpu.scope():
