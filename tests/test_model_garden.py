@@ -34,7 +34,9 @@ if not os.path.isdir(os.path.join(CLIENTS, "official", "recommendation")):
 @pytest.mark.runs_under("tf_keras")
 @pytest.mark.parametrize("experiment,strategy", [
     ("dlrm_criteo", "default"),
-    ("dlrm_criteo", "mirrored"),
+    # Several replicas in CI: the TPU case's 4; MirroredStrategy's 2 in the
+    # long suite.
+    pytest.param("dlrm_criteo", "mirrored", marks=pytest.mark.long),
     ("dlrm_dcn_v2_criteo", "default"),
     # `distribution_strategy: tpu`: Model Garden's own TPU set-up gives the
     # host v5p-8's TPUStrategy, and its TPU branch (the SparseCore's

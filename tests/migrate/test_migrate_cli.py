@@ -94,7 +94,9 @@ def whole(tmp_path_factory):
                                    old_values([USER], "sgd"), 1)
 
 
-@pytest.mark.parametrize("hosts", ["0", "-1"])
+# One value per check in CI; the negative ones in the long suite.
+@pytest.mark.parametrize("hosts", ["0", pytest.param("-1",
+                                                     marks=pytest.mark.long)])
 def test_num_hosts_below_one_is_refused(whole, hosts, tmp_path):
   out = str(tmp_path / "out")
   assert_refused([whole, "-o", out, "--partition-strategy", "mod",
@@ -103,7 +105,8 @@ def test_num_hosts_below_one_is_refused(whole, hosts, tmp_path):
   assert_no_output(out)
 
 
-@pytest.mark.parametrize("rows", ["0", "-3"])
+@pytest.mark.parametrize("rows", ["0", pytest.param("-3",
+                                                    marks=pytest.mark.long)])
 def test_block_rows_below_one_is_refused(whole, rows, tmp_path):
   out = str(tmp_path / "out")
   assert_refused([whole, "-o", out, "--block-rows", rows], whole,
