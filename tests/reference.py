@@ -230,6 +230,119 @@ def stacked_rows(vocabulary_size, num_sparse_cores, rotation, rows_per_shard,
   n = num_sparse_cores
   return ((i % n + rotation) % n) * rows_per_shard + row_offset + i // n
 
+# --- the SparseCore's id limits ----------------------------------------------
+
+class SparseCoreFailure(Exception):
+  """A batch the SparseCore fails (docs/sparsecore.md, "Id limits"), in
+  stacked table `stack`: `kind` "ids" or "unique ids" (`count` over
+  `limit` in `cell`, (SparseCore of the chip, partition)), "capacity"
+  (a buffer of `count` ids, not a multiple of 8) or "buffer" (`count` ids
+  do not fit in `limit`; `dropped` would be dropped)."""
+
+  def __init__(self, stack, kind, count, limit, cell=None, dropped=None):
+    super().__init__(stack, kind, count, limit, cell, dropped)
+    self.stack, self.kind, self.count, self.limit = stack, kind, count, limit
+    self.cell, self.dropped = cell, dropped
+
+
+def sparse_core_limits(features, stacks, chips, limits, cores=4):
+  """docs/sparsecore.md, "Id limits", on one chip's batch, id by id.
+
+  `features`: in the engine's (flattened) order, each a dict: `stack`, its
+  table's stacked table; `position`, its table's place in the stack (in
+  name order); `rows`, per sample its ids. `stacks`: {stacked table: its
+  samples (all its features')}, in TensorFlow's order. `limits`: dict of
+  `max_ids` and `max_unique_ids` ({stacked table: limit}, 256 when
+  missing), `per_sample` (max_ids_per_chip_per_sample) and `dropping`
+  (allow_id_dropping).
+
+  1. Sample k of S goes to SparseCore k // (S / cores); id i of the t-th
+     table of a stack to partition (i + t * cores) mod N, N = chips *
+     cores.
+  2. Per SparseCore and partition, each (feature, sample, id) counts once;
+     more ids, or more distinct (table, id), than the limits fail.
+  3. SparseCore by SparseCore, partition by partition, table by table,
+     id by id, then in input order, the ids fill a buffer of `per_sample`
+     x samples, each partition's run starting at a multiple of 8; what
+     does not fit fails, or is dropped (with every repeat of its id in
+     its sample).
+
+  Returns `(kept, dropped)`: per feature, per sample, whether each id is
+  kept; per stacked table, the ids dropped. Raises `SparseCoreFailure`
+  (the first failure, stacked table by stacked table in that order).
+  """
+  n = chips * cores
+  entries = {stack: [] for stack in stacks}
+  for f, feature in enumerate(features):
+    rows, t = feature["rows"], feature["position"]
+    seen, order = set(), 0
+    for k, row in enumerate(rows):
+      for i in row:
+        if (k, i) not in seen:
+          seen.add((k, i))
+          core, part = k // (len(rows) // cores), (i + t * cores) % n
+          entries[feature["stack"]].append((core, part, t, i, f, order, k))
+        order += 1
+  kept = [[[True] * len(row) for row in feature["rows"]]
+          for feature in features]
+  dropped = {}
+  for stack, samples in stacks.items():
+    ids, unique = {}, {}
+    for core, part, t, i, *_ in entries[stack]:
+      ids[core, part] = ids.get((core, part), 0) + 1
+      unique.setdefault((core, part), set()).add((t, i))
+    for core in range(cores):
+      for part in range(n):
+        for kind, count, limit in (
+            ("ids", ids.get((core, part), 0),
+             limits["max_ids"].get(stack, 256)),
+            ("unique ids", len(unique.get((core, part), ())),
+             limits["max_unique_ids"].get(stack, 256))):
+          if count > limit:
+            raise SparseCoreFailure(stack, kind, count, limit, (core, part))
+    capacity = limits["per_sample"] * samples
+    if capacity % 8:
+      raise SparseCoreFailure(stack, "capacity", capacity, 8)
+    filled, cell, gone = 0, None, []
+    for core, part, _, i, f, _, k in sorted(entries[stack]):
+      if (core, part) != cell:  # a partition's run starts at a multiple of 8
+        cell, filled = (core, part), -(-filled // 8) * 8
+      if filled < capacity:
+        filled += 1
+      else:
+        gone.append((f, k, i))
+    if gone and not limits["dropping"]:
+      raise SparseCoreFailure(stack, "buffer", len(entries[stack]), capacity,
+                              dropped=len(gone))
+    for f, k, i in gone:
+      row = features[f]["rows"][k]
+      kept[f][k] = [keep and j != i for keep, j in zip(kept[f][k], row)]
+    dropped[stack] = len(gone)
+  return kept, dropped
+
+
+def combine_kept(table, rows, kept, combiner, weights=None):
+  """`combine` where a SparseCore dropped ids (`kept`: per example, a bool
+  per id): the kept ids keep their gains over the whole example."""
+  out = np.zeros((len(rows), table.shape[1]), np.float64)
+  pairs = iter(contributions(rows, combiner, np.ones((len(rows), 1)),
+                             weights))
+  for b, ids in enumerate(rows):
+    for keep in kept[b][:len(ids)]:
+      i, gain = next(pairs)
+      if keep:
+        out[b] += gain[0] * table[i]
+  return out
+
+
+def kept_contributions(rows, kept, combiner, grad, weights=None):
+  """`contributions` of the ids a SparseCore kept: dropped ids are not
+  trained."""
+  flat = [keep for example in kept for keep in example]
+  return [pair for pair, keep in zip(
+      contributions(rows, combiner, grad, weights), flat) if keep]
+
+
 # --- a CustomOptimizer's computation -----------------------------------------
 
 def row_norm_adagrad(table, seen, grads, lr):

@@ -1,7 +1,9 @@
 """The SparseCore's id limits on the CPU (docs/sparsecore.md, "Id limits"):
 `compute_sparse_core_stats` against a numpy partitioning that follows the
 docs, the host `TPUEmbeddingV2` failing or dropping what a TPU fails or
-drops, and the report of `python -m tfemb.tpu sparsecore`.
+drops (random batches against `reference.sparse_core_limits`, on one chip
+or several, eagerly and in a `tf.function` that runs no Python), and the
+report of `python -m tfemb.tpu sparsecore`.
 """
 
 import collections
@@ -17,6 +19,7 @@ import tensorflow as tf
 
 import helpers
 import reference
+import sparsecore_scenario
 import tfemb
 import tfemb.layers
 from tfemb.sparsecore import pipeline_report
@@ -150,9 +153,10 @@ def test_a_partition_over_max_ids_fails_naming_it_and_writes_nothing(
   embedding = engine(tfemb.SparseCoreEmbeddingConfig(
       max_ids_per_table={"t": 3}))
   run = tf.function(step) if in_function else step
+  # In a tf.function, tf.debugging.Assert's message escapes the quotes.
   with pytest.raises(tf.errors.InvalidArgumentError,
-                     match=r"Stacked table 't': SparseCore 0 of the chip sends "
-                     r"4 ids to partition 0 .*over the limit of 3"):
+                     match=r"Stacked table \\?'t\\?': SparseCore 0 of the chip "
+                     r"sends 4 ids to partition 0 .*over the limit of 3"):
     run(embedding, tf.zeros([16], tf.int32))
   np.testing.assert_array_equal(table_rows(embedding), 1.0)
 
@@ -205,6 +209,70 @@ def test_without_a_config_nothing_is_checked():
   embedding = engine(None)
   step(embedding, tf.zeros([16], tf.int32))
   assert embedding.dropped_ids == {}
+
+
+def test_a_buffer_not_a_multiple_of_8_fails_every_batch():
+  table = tfemb.TableConfig(32, 8, name="t")
+  embedding = tfemb.TPUEmbeddingV2(
+      {"f": tfemb.FeatureConfig(table, output_shape=[4])}, tfemb.SGD(0.5),
+      sparse_core_embedding_config=tfemb.SparseCoreEmbeddingConfig(
+          max_ids_per_chip_per_sample=1, allow_id_dropping=True))
+  with pytest.raises(reference.SparseCoreFailure) as failure:
+    reference.sparse_core_limits(
+        [dict(stack="t", position=0, rows=[[]] * 4)], {"t": 4}, 1,
+        dict(max_ids={}, max_unique_ids={}, per_sample=1, dropping=True))
+  lookup = lambda features: embedding(features)[0]
+  for run in (lookup, tf.function(lookup)):
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=_failure_pattern(failure.value)):
+      run({"f": tf.ragged.constant([[], [], [], []], tf.int64)})
+
+
+def test_the_step_runs_no_python():
+  """The limits are TensorFlow ops: no PyFunc, EagerPyFunc or
+  NumpyFunction in the traced step, nor in its conditionals' functions."""
+  embedding = engine(tfemb.SparseCoreEmbeddingConfig(
+      max_ids_per_chip_per_sample=1, max_unique_ids_per_table={"t": 2},
+      allow_id_dropping=True))
+  graph = tf.function(step).get_concrete_function(
+      embedding, tf.RaggedTensorSpec([16, None], tf.int64)).graph
+  definition = graph.as_graph_def()
+  ops = {node.op for node in definition.node}
+  for function in definition.library.function:
+    ops.update(node.op for node in function.node_def)
+  assert {"If", "StatelessIf", "Unique", "Assert"} & ops  # looked inside
+  assert not ops & {"PyFunc", "PyFuncStateless", "EagerPyFunc",
+                    "NumpyFunction"}
+
+
+def test_the_limits_add_no_checkpoint_key(tmp_path):
+  """The dropped-id counters are the host's, untracked."""
+  keys = {}
+  for name, config in (("without", None), ("with", (
+      tfemb.SparseCoreEmbeddingConfig(max_ids_per_chip_per_sample=1,
+                                      allow_id_dropping=True)))):
+    embedding = engine(config)
+    step(embedding, tf.ragged.constant([[1, 2, 3]] * 16, tf.int64))
+    saved = tf.train.Checkpoint(embedding=embedding).save(
+        str(tmp_path / name / "ckpt"))
+    keys[name] = [k for k, _ in tf.train.list_variables(saved)]
+  assert embedding.dropped_ids == {"t": 40}
+  assert keys["with"] == keys["without"]
+
+
+@pytest.mark.skipif(int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")) > 1,
+                    reason="TensorFlow's warnings are off")
+def test_dropped_ids_are_logged_at_most_once_a_minute(capfd):
+  embedding = engine(tfemb.SparseCoreEmbeddingConfig(
+      max_ids_per_chip_per_sample=1, allow_id_dropping=True))
+  run = tf.function(step)
+  for _ in range(3):
+    run(embedding, tf.ragged.constant([[1, 2, 3]] * 16, tf.int64))
+  logged = capfd.readouterr().err
+  assert logged.count("The SparseCore drops ids") == 1
+  assert ("dropped so far, per stacked table: {'t': 40}. See "
+          "TPUEmbeddingV2.dropped_ids.") in logged
+  assert embedding.dropped_ids == {"t": 120}
 
 
 # --- the report ---------------------------------------------------------------
@@ -375,3 +443,260 @@ def test_the_keras_layer_counts_the_dropped_ids():
   ids = tf.ragged.constant([[1, 2, 3]] * 16, dtype=tf.int64)
   model.fit({"f": ids}, np.zeros((16, 1)), batch_size=16, verbose=0)
   assert layer.dropped_ids == {"t": 40}  # as in the engine's test above
+
+
+# --- random batches against the numpy reference -------------------------------
+
+# Tables "a" and "b" (width 8) stack, "c" (width 16) does not; "x" (ragged,
+# repeated ids, mean) and "y" (dense) share "a", "z" (sparse, weighted) looks
+# up "b", "w" (ragged, sqrtn) "c". Each replica (chip) has 8 samples.
+_VOCAB, _DIM = {"a": 40, "b": 24, "c": 30}, {"a": 8, "b": 8, "c": 16}
+_COMBINER = {"a": "mean", "b": "sum", "c": "sqrtn"}
+_TABLE = {"w": "c", "x": "a", "y": "a", "z": "b"}  # flattened in this order
+_SAMPLES = 8
+
+
+def _initial(name):
+  return np.random.default_rng(sum(map(ord, name))).normal(
+      size=(_VOCAB[name], _DIM[name]))
+
+
+def _limits_engine(strategy, stacking, **limits):
+  with strategy.scope():
+    tables = {n: tfemb.TableConfig(
+        _VOCAB[n], _DIM[n], name=n, combiner=_COMBINER[n],
+        initializer=tf.constant_initializer(_initial(n))) for n in _VOCAB}
+    return tfemb.TPUEmbeddingV2(
+        {f: tfemb.FeatureConfig(tables[t], output_shape=[_SAMPLES])
+         for f, t in _TABLE.items()}, tfemb.SGD(0.5),
+        sparse_core_embedding_config=tfemb.SparseCoreEmbeddingConfig(
+            disable_table_stacking=not stacking, **limits))
+
+
+def _random_batch(rng, long_runs):
+  """One chip's batch: per feature, per sample its ids (and z's weights).
+  `long_runs`: z's ids of a batch all 4k + r (one partition of 4, two of
+  8), up to 6 a sample, so that a partition's run can be cut by a full
+  buffer (which keeps a multiple of 8 of it): then which of its ids are
+  kept depends on their order."""
+  z = helpers.random_rows(rng, _SAMPLES, _VOCAB["b"], 4, 1)
+  if long_runs:
+    r = rng.integers(4)
+    z = [list(rng.choice(6, size=rng.integers(1, 7), replace=False) * 4 + r)
+         for _ in range(_SAMPLES)]
+  rows = {"w": helpers.random_rows(rng, _SAMPLES, _VOCAB["c"], 3, 1),
+          "x": [list(rng.choice(6, size=rng.integers(1, 5)) * 7 % 40)
+                for _ in range(_SAMPLES)],  # few ids: repeats
+          "y": [[i] for i in rng.integers(0, _VOCAB["a"], _SAMPLES)],
+          "z": z}
+  return rows, helpers.random_weights(rng, rows["z"])
+
+
+def _inputs(rows, z_weights):
+  features = {"w": helpers.ragged(rows["w"]), "x": helpers.ragged(rows["x"]),
+              "y": tf.constant([r[0] for r in rows["y"]], tf.int64),
+              "z": helpers.sparse(rows["z"])}
+  weights = {"w": None, "x": None, "y": None,
+             "z": helpers.sparse(rows["z"], z_weights, tf.float32)}
+  return features, weights
+
+
+def _parameters(embedding):
+  """`{table: its rows}` (replica 0's copy), out of the stacked tables."""
+  out = {}
+  for t, layout in embedding.embedding_layouts.items():
+    v = embedding.variables[layout.stacked_table_name]["parameters"]
+    stacked = (v.values[0] if hasattr(v, "values") else v).numpy()
+    out[t] = stacked[sparsecore_scenario.rows(layout, _VOCAB[t]), :_DIM[t]]
+  return out
+
+
+def _reference_layout(embedding):
+  """What sparse_core_limits takes of the engine: per feature its stacked
+  table and its table's place in it (by name, as docs/sparsecore.md says
+  tables are stacked), and the stacked tables in TensorFlow's order with
+  their samples."""
+  stack_of = {t: layout.stacked_table_name
+              for t, layout in embedding.embedding_layouts.items()}
+  position = {t: sorted(u for u in stack_of if stack_of[u] == s).index(t)
+              for t, s in stack_of.items()}
+  stacks = {s: _SAMPLES * sum(stack_of[t] == s for t in _TABLE.values())
+            for s in embedding.embedding_tables}
+  return stack_of, position, stacks
+
+
+def _failure_pattern(failure):
+  """The engine's message of a reference failure (in a tf.function the
+  quotes come escaped)."""
+  name = r"\\?'" + failure.stack + r"\\?'"
+  if failure.kind == "capacity":
+    return (f"Stacked table {name}: max_ids_per_chip_per_sample x samples = "
+            f"{failure.count} is not a multiple of 8")
+  if failure.kind == "buffer":
+    return (rf"Stacked table {name}: the chip\\?'s {failure.count} ids do not "
+            f"fit in its buffer of {failure.limit} .*would drop "
+            f"{failure.dropped} of them")
+  core, part = failure.cell
+  return (f"Stacked table {name}: SparseCore {core} of the chip sends "
+          f"{failure.count} {failure.kind} to partition {part} "
+          rf"\(SparseCore {part} of the TPU\), over the limit of "
+          rf"{failure.limit} \(max_{failure.kind.replace(' ', '_')}_per_"
+          rf"table\[{name}\]")
+
+
+_CASES = [  # replicas, stacking, dropping, in a tf.function
+    (1, True, False, False), (1, False, False, True), (1, True, True, True),
+    (1, False, True, False), (2, True, True, True), (2, False, True, False),
+    (2, True, False, True)]
+
+
+@pytest.mark.parametrize("replicas,stacking,dropping,in_function", _CASES,
+                         ids=[f"{r}chips-{'stacked' if s else 'unstacked'}-"
+                              f"{'dropping' if d else 'failing'}-"
+                              f"{'fn' if f else 'eager'}"
+                              for r, s, d, f in _CASES])
+def test_random_batches_keep_drop_and_fail_as_the_reference(
+    replicas, stacking, dropping, in_function):
+  """Per batch, limits drawn so that some batches pass, some drop (or
+  fail) ids: the activations are those of the ids the reference keeps,
+  with their gains over the whole sample; the step trains only them (SGD,
+  the global batch's summed gradient); `dropped_ids` counts the dropped
+  ones; a failing batch raises the reference's first failure and changes
+  nothing. Several chips each count their own batch (MirroredStrategy);
+  every failing case is on one chip (a replica that fails alone would
+  leave the others waiting in the step's all-gather)."""
+  rng = np.random.default_rng(replicas * 8 + stacking * 4 + dropping * 2 +
+                              in_function)
+  strategy = sparsecore_scenario.mirrored_strategy(replicas)
+  names = ["a_b", "c"] if stacking else ["a", "b", "c"]
+  seen = collections.Counter()
+  # An engine per limit made tight (a chip's cell gets ~3 ids, ~20 cells).
+  for tight in ("ids", "unique ids", "buffer", None):
+    if replicas > 1 and tight in ("ids", "unique ids"):
+      continue
+    limits = dict(
+        max_ids_per_chip_per_sample=int(rng.choice([1, 2, 4])) if (
+            tight == "buffer") else 16,
+        allow_id_dropping=dropping,
+        max_ids_per_table={n: int(rng.integers(2, 5)) if tight == "ids" else
+                           16 for n in names},
+        max_unique_ids_per_table={n: int(rng.integers(2, 4)) if (
+            tight == "unique ids") else 16 for n in names})
+    embedding = _limits_engine(strategy, stacking, **limits)
+    layout = _reference_layout(embedding)
+    assert sorted(layout[2]) == names
+    seen += _check_batches(
+        embedding, strategy, rng, in_function, layout, dict(
+            max_ids=limits["max_ids_per_table"],
+            max_unique_ids=limits["max_unique_ids_per_table"],
+            per_sample=limits["max_ids_per_chip_per_sample"],
+            dropping=dropping))
+  assert seen["passed"] >= 2
+  if dropping:
+    assert seen["dropping"] >= 2
+  elif replicas == 1:  # each limit failed some batch
+    assert all(seen[kind] for kind in ("ids", "unique ids", "buffer"))
+
+
+@pytest.mark.parametrize("in_function", [False, True], ids=["eager", "fn"])
+def test_a_run_the_buffer_cuts_keeps_the_sparsecores_first_ids(in_function):
+  """SparseCore 0's ids to partition 0 (samples 0 and 1, ids 4k) are more
+  than the buffer of 24 (3 features x 8 samples x 1): it keeps the first
+  24 in the SparseCore's order (table a then b, by id, x before y, then
+  input order; a sample's repeats once), drops the rest and every other
+  run."""
+
+  def draw(rng, long_runs):
+    del long_runs
+    rows, _ = _random_batch(rng, False)
+    rows["x"][:2] = [list(rng.permutation(10) * 4) + [8],
+                     list(rng.permutation(10) * 4)]
+    rows["y"][:2] = [[4], [0]]
+    rows["z"][:2] = [list(rng.permutation(6) * 4) for _ in range(2)]
+    return rows, helpers.random_weights(rng, rows["z"])
+
+  strategy = sparsecore_scenario.mirrored_strategy(1)
+  embedding = _limits_engine(strategy, True, max_ids_per_chip_per_sample=1,
+                             allow_id_dropping=True)
+  seen = _check_batches(
+      embedding, strategy, np.random.default_rng(3), in_function,
+      _reference_layout(embedding), dict(max_ids={}, max_unique_ids={},
+                                         per_sample=1, dropping=True), draw)
+  assert seen == {"passed": 4, "dropping": 4}
+
+
+def _check_batches(embedding, strategy, rng, in_function, layout, limits,
+                   draw=_random_batch):
+  """Four steps of random batches (`draw(rng, long_runs)`); how many
+  passed, dropped ids, failed (by the kind of the failure)."""
+  stack_of, position, stacks = layout
+  replicas = strategy.num_replicas_in_sync
+  seen = collections.Counter()
+  tables = {t: _initial(t) for t in _VOCAB}
+  dropped = dict.fromkeys(stacks, 0)
+
+  def replica_step(features, weights):
+    activations, preserved = embedding(features, weights)
+    embedding.apply_gradients(
+        {f: tf.ones([_SAMPLES, _DIM[t]]) for f, t in _TABLE.items()},
+        preserved)
+    return activations
+
+  def step(per_replica):
+    return strategy.run(replica_step, args=per_replica)
+
+  run = tf.function(step) if in_function else step
+  for _ in range(4):
+    batches = [draw(rng, limits["dropping"]) for _ in range(replicas)]
+    outcomes = []
+    for rows, z_weights in batches:
+      features = [dict(stack=stack_of[_TABLE[f]],
+                       position=position[_TABLE[f]], rows=rows[f])
+                  for f in _TABLE]
+      try:
+        outcomes.append(reference.sparse_core_limits(
+            features, stacks, replicas, limits))
+      except reference.SparseCoreFailure as failure:
+        outcomes.append(failure)
+    failures = [o for o in outcomes if isinstance(o, Exception)]
+    if failures and replicas > 1:
+      continue  # see the test's docstring
+    per_replica = [_inputs(*b) for b in batches]
+    distributed = strategy.experimental_distribute_values_from_function(
+        lambda ctx, p=per_replica: p[ctx.replica_id_in_sync_group])
+    before = _parameters(embedding)
+    if failures:
+      with pytest.raises(tf.errors.InvalidArgumentError,
+                         match=_failure_pattern(failures[0])):
+        run(distributed)
+      after = _parameters(embedding)
+      for name, value in before.items():
+        np.testing.assert_array_equal(after[name], value, err_msg=name)
+      assert embedding.dropped_ids == dropped
+      seen[failures[0].kind] += 1
+      continue
+    got = strategy.experimental_local_results(run(distributed))
+    pairs = {t: [] for t in _VOCAB}
+    for r, ((rows, z_weights), (kept, drops)) in enumerate(zip(batches,
+                                                              outcomes)):
+      for k, f in enumerate(_TABLE):
+        t, w = _TABLE[f], z_weights if f == "z" else None
+        np.testing.assert_allclose(
+            got[r][f], reference.combine_kept(tables[t], rows[f], kept[k],
+                                              _COMBINER[t], w),
+            rtol=1e-5, atol=1e-6, err_msg=f"replica {r}, feature {f}")
+        pairs[t] += reference.kept_contributions(
+            rows[f], kept[k], _COMBINER[t], np.ones((_SAMPLES, _DIM[t])), w)
+      for name, n in drops.items():
+        dropped[name] += n
+      seen["dropping"] += any(drops.values())
+    seen["passed"] += 1
+    after = _parameters(embedding)
+    for t in _VOCAB:
+      table = reference.Table(tables[t], "sgd", {})
+      table.apply(reference.row_gradients(pairs[t]), 0.5)
+      np.testing.assert_allclose(after[t], table.w,
+                                 rtol=1e-5, atol=1e-5, err_msg=t)
+      tables[t] = table.w
+    assert embedding.dropped_ids == dropped
+  return seen

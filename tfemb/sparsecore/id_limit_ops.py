@@ -1,0 +1,400 @@
+"""The SparseCore's id limits as TensorFlow ops, inside the host step.
+
+`tfemb.sparsecore.id_counting` says in NumPy what a SparseCore counts, keeps
+and fails of one chip's batch (docs/sparsecore.md, "Id limits"). A host
+`TPUEmbeddingV2` step under a `SparseCoreEmbeddingConfig` computes the same
+here, with vectorised ops, so that no Python runs in the step:
+
+* each id's cell, (stacked table k, SparseCore of the chip, partition), is
+  one integer `(k * C + sample // (S / C)) * N + (id + rotation) mod N`;
+  a sample's repeated ids (sparse and ragged inputs) count once:
+  `tf.unique` on `sample * vocabulary + id` first, per feature;
+* the cells' ids: per feature, a segment sum over (SparseCore, id mod N),
+  rotated by a static gather and added into its stacked table's (the ops
+  that run in every step: a few per id, then some on `[K, C * N]`);
+* the cells' distinct ids, only in a step where a cell's ids are over its
+  `max_unique_ids_per_table` (the distinct ids are never more than the
+  ids): a bincount of `tf.unique` of `cell * 2^b + (the id's place among
+  its stack's ids)`, per table;
+* the chip's buffer: each cell's run starts at the exclusive cumsum of the
+  runs before it, each padded to 8, and keeps `clip(capacity - start, 0,
+  run)` of its ids; a stacked table overflows exactly where the sum of its
+  padded runs is over its capacity (a multiple of 8), which static sizes
+  may rule out;
+* the drops, only in a step where a run does not fit: runs are kept whole
+  or not at all, but the one the buffer cuts (per stacked table), whose
+  ids a stable argsort of the same key lays in the SparseCore's order
+  (table, id, then input order): the first ones are kept.
+
+A batch over a limit fails with the first failure in the order
+`id_counting.plan` checks and its message: `LimitError` eagerly, in a graph
+an `InvalidArgumentError` from `tf.debugging.Assert` (which escapes the
+quotes: `Stacked table \\'t\\'`), before what the step computes from the ids.
+"""
+
+import dataclasses
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from tfemb.sparsecore import id_counting
+
+_PAD = id_counting._PAD  # pylint: disable=protected-access
+
+
+@dataclasses.dataclass(frozen=True)
+class _Feature:
+  """What the counts need of one configured feature."""
+  stack: int  # its stacked table, in TensorFlow's order
+  vocabulary: int  # its table's (the radix of the deduplication key)
+  rotation: int
+  samples: int  # the size of its output_shape
+  per_core: int  # its samples on each SparseCore of the chip
+  first_id: int  # its table's first id among its stack's, in stacking order
+
+
+def _divide(x, d: int):
+  """`x // d` (floor), a shift when `d` is a power of 2."""
+  if d & (d - 1) == 0:
+    return tf.bitwise.right_shift(x, tf.constant(d.bit_length() - 1, x.dtype))
+  return tf.math.floordiv(x, d)
+
+
+def _modulo(x, d: int):
+  """`x mod d` (floor), a mask when `d` is a power of 2."""
+  if d & (d - 1) == 0:
+    return tf.bitwise.bitwise_and(x, tf.constant(d - 1, x.dtype))
+  return tf.math.floormod(x, d)
+
+
+def _bincount(x, size: int):
+  """How many of `x` (int64 in [0, size)) are each of 0..size-1, int64 (a
+  segment sum: 3x faster than DenseBincount's on a CPU)."""
+  return tf.math.unsorted_segment_sum(tf.ones_like(x), x, size)
+
+
+class _Batch:
+  """One chip's batch of the features given, each sample's ids once (in
+  the order of their first occurrences), and what the ops need of it."""
+
+  def __init__(self, ops: "IdLimitOps", feats, ids, samples):
+    self.ops, self.feats, self.ids, self.samples, self.dedup = (
+        ops, feats, [], [], [])
+    for f, x, s in zip(feats, ids, samples):
+      idx = None
+      if s is not None:  # sparse or ragged: a sample's repeated ids
+        key, idx = _unique(s * f.vocabulary + x, f.samples * f.vocabulary)
+        s = tf.math.floordiv(key, f.vocabulary)
+        x = key - s * f.vocabulary
+      self.ids.append(x)
+      self.samples.append(s)
+      self.dedup.append(idx)
+
+  def _base(self, f, x, s, row: int):
+    """Per id, `(row * C + its SparseCore of the chip) * N`: a constant
+    for a dense feature of a static size (id k is sample k)."""
+    c, n = self.ops.cores, self.ops.n
+    if s is None and x.shape[0] is not None:
+      return tf.constant(
+          (np.arange(x.shape[0]) // f.per_core + row * c) * n, tf.int64)
+    if s is None:
+      s = tf.range(tf.size(x, out_type=tf.int64))
+    return (_divide(s, f.per_core) + row * c) * n
+
+  def histograms(self) -> List[tf.Tensor]:
+    """Per feature, its ids per (SparseCore of the chip, `id mod N`),
+    `[C * N]` (side by side: no concatenation)."""
+    return [_bincount(self._base(f, x, s, 0) + _modulo(x, self.ops.n),
+                      self.ops.cores * self.ops.n)
+            for f, x, s in zip(self.feats, self.ids, self.samples)]
+
+  def cells(self) -> List[tf.Tensor]:
+    """Per feature, each id's cell, (stacked table, SparseCore of the
+    chip, partition)."""
+    return [self._base(f, x, s, f.stack) +
+            _modulo(x + f.rotation if f.rotation else x, self.ops.n)
+            for f, x, s in zip(self.feats, self.ids, self.samples)]
+
+  def order_keys(self, cells) -> List[tf.Tensor]:
+    """Per feature, `cell * 2^b + the id's place among its stack's ids`:
+    the SparseCore's order of the ids, and their distinct (table, id)."""
+    shift = tf.constant(self.ops.bits, tf.int64)
+    keys = [tf.bitwise.left_shift(c, shift) + (x + f.first_id)
+            for f, x, c in zip(self.feats, self.ids, cells)]
+    return [tf.cast(k, tf.int32) for k in keys] if self.ops.narrow else keys
+
+  def distinct_cells(self, keys) -> tf.Tensor:
+    """The cell of each distinct (SparseCore, table, id) of `order_keys`,
+    by `tf.unique` per table (smaller ones are faster, and run side by
+    side)."""
+    tables = {}
+    for f, key in zip(self.feats, keys):
+      tables.setdefault((f.stack, f.first_id), []).append(key)
+    shift = tf.constant(self.ops.bits, keys[0].dtype if keys else tf.int64)
+    return tf.cast(_concat([
+        tf.bitwise.right_shift(tf.unique(_concat(keys))[0], shift)
+        for keys in tables.values()]), tf.int64)
+
+
+def _cond(pred, true_fn, false_fn):
+  """`tf.cond` eagerly: only the branch taken runs."""
+  return true_fn() if bool(pred) else false_fn()
+
+
+def _concat(parts) -> tf.Tensor:
+  """Tensors end to end (none: an empty int64 one)."""
+  if not parts:
+    return tf.zeros([0], tf.int64)
+  return tf.concat(parts, 0) if len(parts) > 1 else parts[0]
+
+
+def _unique(key, bound: int):
+  """`tf.unique` of int64 `key` in [0, bound), as int64 (on int32 where
+  they fit: 40% faster)."""
+  if bound < 2**31:
+    key, idx = tf.unique(tf.cast(key, tf.int32), out_idx=tf.int64)
+    return tf.cast(key, tf.int64), idx
+  return tf.unique(key, out_idx=tf.int64)
+
+
+class IdLimitOps:
+  """One engine's `SparseCoreEmbeddingConfig` limits as ops.
+
+  Args:
+    stacking: the engine's `table_stacking.Stacking`.
+    features: per configured feature, `(table name, samples)`: its samples
+      are the size of its `output_shape`, a multiple of `num_sc_per_chip`.
+    limits: `id_counting.Limits`.
+  """
+
+  def __init__(self, stacking, features: Sequence[Tuple[str, int]],
+               limits: id_counting.Limits):
+    self.cores, self.n = stacking.num_sc_per_chip, stacking.num_sparse_cores
+    self.names = list(stacking.stacked_tables)
+    first_id, span = {}, 1
+    for stacked in stacking.stacked_tables.values():
+      start = 0
+      for t in sorted((stacking.tables[t] for t in stacked.table_names),
+                      key=lambda t: t.row_offset):
+        first_id[t.name], start = start, start + t.vocabulary_size
+      span = max(span, start)
+    self.bits = (span - 1).bit_length()  # an id's place < 2^bits
+    self._cells = len(self.names) * self.cores * self.n
+    if self._cells << self.bits >= 2**62:
+      raise ValueError(
+          f"The SparseCore's id limits cannot be counted on the host for "
+          f"{self._cells} (stacked table, SparseCore, partition) cells of up "
+          f"to {span} ids each: their keys exceed 62 bits.")
+    self.narrow = self._cells << self.bits < 2**31  # int32 keys
+    self._features = []
+    for table_name, samples in features:
+      t = stacking.tables[table_name]
+      self._features.append(_Feature(
+          self.names.index(t.stacked_table_name), t.vocabulary_size,
+          t.rotation, samples, samples // self.cores, first_id[table_name]))
+    self._limits = limits
+    self._max_ids = np.array([limits.max_ids(s) for s in self.names])
+    self._max_unique = np.array([limits.max_unique_ids(s)
+                                 for s in self.names])
+    self._samples = [s.sample_count for s in stacking.stacked_tables.values()]
+    self._capacity = np.array(
+        [limits.max_ids_per_chip_per_sample * (s // self.cores) * self.cores
+         for s in self._samples], np.int64)
+
+  def may_overflow(self, indices: Sequence[int],
+                   ids: Sequence[tf.Tensor]) -> bool:
+    """Whether the buffer may not hold a batch of these features' ids (of
+    these static sizes): each partition's run is padded by 7 at most."""
+    bound = np.zeros(len(self.names), np.int64)
+    for i, x in zip(indices, ids):
+      if x.shape[0] is None:
+        return True
+      bound[self._features[i].stack] += x.shape[0]
+    padding = (_PAD - 1) * np.minimum(bound, self.cores * self.n)
+    return bool(np.any(bound + padding > self._capacity))
+
+  def enforce(self, indices: Sequence[int], ids: Sequence[tf.Tensor],
+              samples: Sequence[Optional[tf.Tensor]],
+              payloads: Sequence[Sequence[tf.Tensor]],
+              on_drop: Optional[Callable[[tf.Tensor], list]] = None
+             ) -> Tuple[List[List[tf.Tensor]], Optional[tf.Tensor]]:
+    """Checks one chip's batch and keeps what the SparseCore keeps.
+
+    Args:
+      indices: the configured features given (none has a CustomCombiner).
+      ids: per feature, its ids (int64 `[n]`).
+      samples: per feature, each id's sample (int64 `[n]`), or None: id k
+        is sample k.
+      payloads: per feature, tensors of its ids (`[n, ...]`, e.g. the ids,
+        their samples and scales), returned with the kept ids' rows only.
+      on_drop: called, in the step, where ids are dropped, with the ids
+        dropped per stacked table (int64 `[K]`); returns the ops to run.
+
+    Returns:
+      `(payloads, ok)`: the payloads, which the step computes from only
+      once the batch is checked; `ok`, in a graph, the check (None
+      eagerly).
+
+    Raises:
+      id_counting.LimitError: eagerly, for a batch over a limit.
+    """
+    batch = _Batch(self, [self._features[i] for i in indices], ids, samples)
+    runs = self._runs(batch)
+    padded = lambda: tf.bitwise.bitwise_and(runs + (_PAD - 1), -_PAD)
+    overflow = self.may_overflow(indices, ids)
+    # The buffer each stacked table fills: over its capacity (a multiple of
+    # 8) exactly where a run does not fit.
+    used = tf.reduce_sum(padded(), axis=1, keepdims=True) if overflow else None
+    dropping = self._limits.allow_id_dropping and overflow
+    unique = self._distinct(batch, runs)
+    checked = [(runs, self._max_ids)]
+    if unique is not None:
+      checked.append((unique, self._max_unique))
+    if overflow and not self._limits.allow_id_dropping:
+      checked.append((used, self._capacity))
+    failed = tf.reduce_any((tf.concat([v for v, _ in checked], 1) if len(
+        checked) > 1 else runs) > np.concatenate(
+            [np.broadcast_to(limit[:, None], v.shape) for v, limit in checked],
+            1))
+    if np.any(self._capacity % _PAD):
+      failed = tf.constant(True)
+    message = lambda: self._message(runs, unique, padded())
+    if tf.executing_eagerly():
+      if bool(failed):
+        raise id_counting.LimitError(message().numpy().decode())
+      ok = None
+    else:
+      def fail():
+        with tf.control_dependencies(
+            [tf.debugging.Assert(False, [message()])]):
+          return tf.constant(True)
+      ok = tf.cond(failed, fail, lambda: tf.constant(True))
+    payloads = [list(p) for p in payloads]
+    with tf.control_dependencies([] if ok is None else [ok]):
+      if not dropping:  # the ids wait for the check (one op for all)
+        ids = tf.identity_n([p[0] for p in payloads]) if payloads else []
+        return [[x] + p[1:] for x, p in zip(ids, payloads)], ok
+      cond = _cond if ok is None else tf.cond
+      return cond(tf.reduce_any(used[:, 0] > self._capacity),
+                  lambda: self._dropped(batch, runs, padded(), payloads,
+                                        on_drop),
+                  lambda: payloads), ok
+
+  def _runs(self, batch: _Batch) -> tf.Tensor:
+    """Each cell's ids `[K, C * N]`: per feature its histogram of
+    (SparseCore, id mod N), rotated by its table's rotation (a static
+    gather), added into its stacked table's."""
+    per_stack = [[] for _ in self.names]
+    p = np.arange(self.n)
+    for f, counts in zip(batch.feats, batch.histograms()):
+      if f.rotation:  # rotated[c, p] = counts[c, p - r]
+        counts = tf.gather(counts, (np.arange(self.cores)[:, None] * self.n +
+                                    (p - f.rotation) % self.n).reshape(-1))
+      per_stack[f.stack].append(counts)
+    return tf.stack([
+        tf.add_n(c) if c else tf.zeros([self.cores * self.n], tf.int64)
+        for c in per_stack])
+
+  def _distinct(self, batch: _Batch, runs) -> Optional[tf.Tensor]:
+    """Each cell's distinct (table, id) `[K, C * N]` where a count is over
+    its limit (elsewhere the ids, as many or more), or None where no limit
+    can be reached."""
+    if np.all(self._max_unique >= self._max_ids):
+      return None  # over max_unique_ids only once over max_ids
+    cond = _cond if tf.executing_eagerly() else tf.cond
+
+    def count():
+      keys = batch.order_keys(batch.cells())
+      return tf.reshape(_bincount(batch.distinct_cells(keys), self._cells),
+                        tf.shape(runs))
+
+    return cond(tf.reduce_any(runs > self._max_unique[:, None]), count,
+                lambda: runs)
+
+  def _dropped(self, batch: _Batch, runs, padded, payloads, on_drop):
+    """The payloads of the ids the buffer keeps (the step's drops)."""
+    starts = tf.cumsum(padded, axis=1, exclusive=True)
+    kept_runs = tf.clip_by_value(self._capacity[:, None] - starts, 0, runs)
+    cells = batch.cells()
+    key, cells = _concat(batch.order_keys(cells)), _concat(cells)
+    run = tf.gather(tf.reshape(runs, [-1]), cells)
+    kept = tf.gather(tf.reshape(kept_runs, [-1]), cells)
+    # A run is kept whole, or not at all, but for the one where the buffer
+    # fills (per stacked table): only its ids need the SparseCore's order.
+    keep = tf.equal(kept, run)
+    split = tf.where((kept > 0) & ~keep)[:, 0]
+    order = tf.gather(split, tf.argsort(tf.gather(key, split), stable=True))
+    in_order = tf.gather(cells, order)
+    place = tf.range(tf.size(order, out_type=tf.int64)) - tf.searchsorted(
+        in_order, in_order, out_type=tf.int64)  # in the run
+    keep = tf.tensor_scatter_nd_update(
+        keep, order[:, None], place < tf.gather(kept, order))
+    sizes = [tf.size(x, out_type=tf.int64) for x in batch.ids]
+    keeps = tf.split(keep, tf.stack(sizes), num=len(sizes)) if len(
+        sizes) > 1 else [keep]
+    out = []
+    for k, idx, tensors in zip(keeps, batch.dedup, payloads):
+      mask = k if idx is None else tf.gather(k, idx)
+      out.append([tf.boolean_mask(t, mask) for t in tensors])
+    effects = on_drop(tf.reduce_sum(runs - kept_runs, axis=1)) if (
+        on_drop) else []
+    with tf.control_dependencies(effects):
+      return [[tf.identity(t) for t in p] for p in out]
+
+  def _message(self, runs, unique, padded) -> tf.Tensor:
+    """The first failure's message, as `id_counting.plan` words it."""
+    cells = runs.shape[1]
+    starts = tf.cumsum(padded, axis=1, exclusive=True)
+    cap_bad = tf.constant(self._capacity % _PAD != 0)[:, None]
+    buffer = tf.reduce_any(starts + runs > self._capacity[:, None], axis=1,
+                           keepdims=True)
+    if self._limits.allow_id_dropping:
+      buffer = tf.zeros_like(buffer)
+    over_unique = (tf.zeros_like(runs, tf.bool) if unique is None else
+                   unique > self._max_unique[:, None])
+    flags = tf.concat([
+        tf.reshape(tf.stack([runs > self._max_ids[:, None], over_unique],
+                            -1), [len(self.names), -1]),
+        cap_bad, buffer], 1)
+    first = tf.argmax(tf.reshape(tf.cast(flags, tf.int32), [-1]),
+                      output_type=tf.int64)
+    k, r = first // (2 * cells + 2), first % (2 * cells + 2)
+    cell = tf.minimum(r // 2, cells - 1)
+    count = tf.gather_nd(tf.stack([
+        runs, tf.zeros_like(runs) if unique is None else unique]),
+                         tf.stack([r % 2, k, cell]))
+    pick = lambda values: tf.gather(tf.constant(values), k)
+    names = [repr(s) for s in self.names]
+    part = tf.strings.as_string(cell % self.n)
+    what = tf.gather(tf.constant(["ids", "unique ids"]), r % 2)
+    in_cell = tf.strings.join([
+        pick([f"Stacked table {s}: SparseCore " for s in names]),
+        tf.strings.as_string(cell // self.n), " of the chip sends ",
+        tf.strings.as_string(count), " ", what, " to partition ", part,
+        " (SparseCore ", part, " of the TPU), over the limit of ",
+        tf.strings.as_string(tf.gather_nd(
+            np.stack([self._max_ids, self._max_unique]), tf.stack([r % 2, k]))),
+        " (max_", tf.strings.regex_replace(what, " ", "_"), "_per_table[",
+        pick(names), "] of the SparseCoreEmbeddingConfig; 256 when not "
+        "given)."])
+    capacity = pick([
+        f"Stacked table {s}: max_ids_per_chip_per_sample x samples = {c} "
+        f"is not a multiple of {_PAD}." for s, c in zip(names,
+                                                        self._capacity)])
+    total = tf.gather(tf.reduce_sum(runs, axis=1), k)
+    fitting = tf.reduce_sum(tf.clip_by_value(
+        tf.gather(self._capacity, k) - tf.gather(starts, k), 0,
+        tf.gather(runs, k)))
+    m = self._limits.max_ids_per_chip_per_sample
+    full = tf.strings.join([
+        pick([f"Stacked table {s}: the chip's " for s in names]),
+        tf.strings.as_string(total), pick([
+            f" ids do not fit in its buffer of {c} "
+            f"(max_ids_per_chip_per_sample {m} x {samples} samples, each "
+            f"partition's ids padded to a multiple of {_PAD}); "
+            "allow_id_dropping would drop "
+            for c, samples in zip(self._capacity, self._samples)]),
+        tf.strings.as_string(total - fitting), " of them."])
+    kind = tf.maximum(r - 2 * cells + 1, 0)  # in a cell, capacity, buffer
+    return tf.gather(tf.stack([in_cell, capacity, full]), kind)
