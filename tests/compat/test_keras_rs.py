@@ -124,7 +124,7 @@ def _dataset(strategy, batches, labels, input_type):
   data = tf.data.Dataset.from_tensors((parts[0], labels[0]))
   for part, y in zip(parts[1:], labels[1:]):
     data = data.concatenate(tf.data.Dataset.from_tensors((part, y)))
-  return data, strategy.experimental_distribute_dataset(
+  return strategy.experimental_distribute_dataset(
       data, tf.distribute.InputOptions(experimental_fetch_to_device=False))
 
 
@@ -173,7 +173,7 @@ def test_keras_rs_trains_with_the_sparsecores_numbers(
   initial = {n: np.asarray(t, np.float64)
              for n, t in _tables(layer, strategy).items()}
   assert type(layer._tpu_embedding) is tfemb.TPUEmbeddingV2  # pylint: disable=protected-access
-  plain, distributed = _dataset(strategy, batches, labels, input_type)
+  distributed = _dataset(strategy, batches, labels, input_type)
   history = model.fit(distributed, epochs=1, verbose=0)
 
   _, kind, params = OPTIMIZERS[optimizer]
@@ -198,8 +198,7 @@ def test_keras_rs_trains_with_the_sparsecores_numbers(
 
   trained = {n: t.w for n, t in expected.items()}
   want = np.concatenate([_predictions(trained, step) for step in batches])
-  got = model.predict(_dataset(strategy, batches, labels, input_type)[1],
-                      verbose=0)
+  got = model.predict(distributed, verbose=0)
   np.testing.assert_allclose(got[:, 0], want, rtol=1e-4, atol=1e-5)
   loss = model.evaluate(distributed, verbose=0)
   assert loss == pytest.approx(np.mean([
