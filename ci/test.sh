@@ -71,7 +71,6 @@ run_passes "$TF_VENV/bin/python" tests \
   --ignore=tests/compat/test_keras_rs_upstream.py \
   --ignore=tests/compat/test_keras_rs.py \
   --ignore=tests/tpu/test_host_tpu_programs.py \
-  --deselect=tests/kernels/test_kernels.py::test_a_fresh_cache_builds_the_kernels_and_uses_them \
   --deselect=tests/host/test_two_engines.py::test_the_combined_step_repeated_never_deadlocks \
   --deselect=tests/host/test_concurrency.py::test_asynchronous_parameter_server_workers_lose_no_update \
   --deselect=tests/test_tutorials.py::test_custom_training_loop \

@@ -33,7 +33,9 @@ if not os.path.isdir(os.path.join(CLIENTS, "official", "recommendation")):
 # both passes, so it runs in the tf_keras one (`runs_under`).
 @pytest.mark.runs_under("tf_keras")
 @pytest.mark.parametrize("experiment,strategy", [
-    ("dlrm_criteo", "default"),
+    # DLRM's default strategy in the long suite (the suite's time): CI
+    # trains DCN v2 by default and DLRM on the TPU branch.
+    pytest.param("dlrm_criteo", "default", marks=pytest.mark.long),
     # Several replicas in CI: the TPU case's 4; MirroredStrategy's 2 in the
     # long suite.
     pytest.param("dlrm_criteo", "mirrored", marks=pytest.mark.long),

@@ -44,6 +44,9 @@ def test_custom_training_loop(tmp_path):
   assert list(tmp_path.glob("ckpt-1.index"))
 
 
+# The tutorial sets tf_keras itself: the same work in both passes, so it
+# runs in one (`runs_under`).
+@pytest.mark.runs_under("tf_keras")
 @pytest.mark.parametrize("script", ["tfrs_ranking.py"])
 def test_tfrs_tutorial_under_keras_2(script):
   out = run(script, "--examples", "100000", "--epochs", "3")

@@ -88,6 +88,9 @@ def test_without_the_kernels_the_engine_uses_tensorflow_ops(env, tmp_path):
     assert "no C++ compiler" in stderr
 
 
+# A build into a fresh cache in the long suite (the suite's time): CI's
+# tests/kernels/test_kernel_cache.py builds into fresh and damaged caches.
+@pytest.mark.long
 @pytest.mark.runs_under("keras3")
 def test_a_fresh_cache_builds_the_kernels_and_uses_them(tmp_path):
   out, _ = _run({}, tmp_path)

@@ -126,6 +126,7 @@ def test_an_empty_table_is_refused(shape, tmp_path):
   assert_refused([old, "--list"], old, "at least one row and one column")
 
 
+@pytest.mark.long  # the suite's time: CI's refusals cover a bad input file
 def test_random_bytes_name_the_file_that_is_not_a_checkpoint(tmp_path):
   rng = np.random.default_rng(0)
   (tmp_path / "junk.index").write_bytes(rng.bytes(4000))

@@ -97,6 +97,7 @@ def total_sent(result) -> float:
   return sum(p["sent_per_step"] for p in result["per_process"].values())
 
 
+@pytest.mark.long  # the suite's time: a measurement over two table sizes
 @pytest.mark.runs_under("tf_keras")
 def test_bytes_per_step_follow_the_distinct_ids_not_the_table(servers):
   """The same batches (same distinct ids) on tables of 2k and of 200k rows

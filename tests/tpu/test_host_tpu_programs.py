@@ -17,8 +17,8 @@ import reference
 
 PROGRAM = str(helpers.WORKERS / "tpu_program.py")
 # The program uses no Keras: the same work in both passes, so it runs in
-# one (`runs_under`).
-pytestmark = [pytest.mark.runs_under("tf_keras")]
+# one (`runs_under`), the Keras 3 pass, which has room for it.
+pytestmark = [pytest.mark.runs_under("keras3")]
 
 
 def _run(args, env=None):
