@@ -35,6 +35,9 @@ def parse_args(argv=None):
   p.add_argument("--steps", type=int, default=30)
   p.add_argument("--min-steps", type=int, default=5)
   p.add_argument("--max-seconds", type=float, default=60.0)
+  p.add_argument("--threads", type=int, default=0,
+                 help="TensorFlow's intra-op and inter-op threads (0: its "
+                 "default, one per core)")
   p.add_argument("--out", required=True)
   return p.parse_args(argv)
 
@@ -55,7 +58,17 @@ def build(stack, work, batches=None):
   return step, tensors, getattr(module, "STEPS_PER_CALL", 1)
 
 
+def set_threads(threads: int):
+  """TensorFlow's intra-op and inter-op pools of `threads` threads each (0
+  leaves its default); before anything runs."""
+  if threads:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
 def run(args) -> dict:
+  set_threads(args.threads)
   stack = BY_NAME[args.stack]
   work = workload_from_args(args)
   batches = work.make_batches()
@@ -78,7 +91,8 @@ def run(args) -> dict:
       table_and_slot_bytes=work.table_and_slot_bytes(),
       traffic_bytes_per_step=work.traffic_bytes_per_step(batches),
       child_vmhwm_bytes=procmem.peak_rss(), rss_after_bytes=procmem.rss(),
-      huge_page_bytes=procmem.huge_pages(), page_faults_per_step=faults)
+      huge_page_bytes=procmem.huge_pages(), page_faults_per_step=faults,
+      threads=args.threads)
   return result
 
 

@@ -11,8 +11,10 @@ Adagrad and Adam. Runs are sequential (never two at once): first the
 machine's copy bandwidth, then per size, optimizer and stack one child
 process, then per optimizer one child that times tfemb at the smallest and
 the largest size side by side (flatness.py), then the same sizes' rows
-alone in C++ (floor.py), the floor memory sets. Writes results.json,
-results.md and step_time.png to --out and prints the markdown report.
+alone in C++ (floor.py), the floor memory sets, and the embedding part on
+one thread and on every core at the largest size (threads.py). Writes
+results.json, results.md and step_time.png to --out and prints the
+markdown report.
 """
 
 import argparse
@@ -29,7 +31,7 @@ from benchmarks.stacks import BY_NAME, REPO, STACKS
 from benchmarks.workload import OPTIMIZERS, format_size, parse_size
 
 QUICK = dict(sizes="1k,10k", steps=6, warmup=2, min_steps=3, max_seconds=20,
-             paired_blocks=4)
+             paired_blocks=4, thread_rounds=1)
 PAIRED_STACKS = ("tfemb", "tfemb-emb")  # flatness measured side by side
 
 
@@ -68,6 +70,9 @@ def parse_args(argv=None):
   p.add_argument("--paired-blocks", type=int, default=24,
                  help="blocks per size of the paired flatness runs "
                  "(flatness.py; 0 skips them)")
+  p.add_argument("--thread-rounds", type=int, default=2,
+                 help="rounds of the embedding part on one thread and on "
+                 "every core at the largest size (threads.py; 0 skips them)")
   args = p.parse_args(argv)
   if args.quick:
     for k, v in QUICK.items():
@@ -146,6 +151,7 @@ def run_suite(args, run, save):
   run_paired(args, run, save, limits, stacks, failed)
   if not args.no_floor:
     run_floor(args, run, save, limits)
+  run_threads(args, run, save, limits, failed)
 
 
 def run_paired(args, run, save, limits, stacks, failed):
@@ -197,6 +203,35 @@ def run_floor(args, run, save, limits):
         if row["status"] == "ok" else row["detail"]), flush=True)
   if not out.result:
     print(f"floor: {out.status}: {out.detail}", flush=True)
+
+
+def run_threads(args, run, save, limits, failed):
+  """The embedding part (`tfemb-emb`) at the largest size on one thread and
+  on every core, per optimizer (benchmarks/threads.py)."""
+  if args.thread_rounds <= 0 or "tfemb-emb" not in args.stacks.split(","):
+    return
+  vocab = max(parse_size(s) for s in args.sizes.split(","))
+  run.setdefault("threads", [])
+  for opt in args.optimizers.split(","):
+    row = {"stack": "tfemb-emb", "optimizer": opt, "vocab": vocab}
+    if ("tfemb-emb", opt) in failed:
+      row.update(status="out of memory", detail="skipped: out of memory "
+                 f"at {format_size(failed['tfemb-emb', opt])}")
+    else:
+      out = runner.run(
+          "benchmarks.threads",
+          ["--optimizer", opt, "--vocab", str(vocab),
+           "--rounds", str(args.thread_rounds), "--steps", str(args.steps)],
+          limits=limits,
+          log_path=os.path.join(args.out, "logs", f"threads-{opt}.log"))
+      row.update(out.result or {}, status=out.status, detail=out.detail)
+    run["threads"].append(row)
+    save()
+    print(f"threads  {opt:8s} " + (
+        f"1 thread {row['one_thread_ms']:.2f} ms, every core "
+        f"{row['all_cores_ms']:.2f} ms: {row['speedup']:.2f}x"
+        if row["status"] == "ok" else f"{row['status']}: {row['detail']}"),
+        flush=True)
 
 
 def _progress(row) -> str:

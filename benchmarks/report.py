@@ -93,6 +93,25 @@ def flatness_table(run) -> List[str]:
   return lines
 
 
+def threads_table(run) -> List[str]:
+  """The embedding part on one thread and on every core (threads.py)."""
+  rows = run.get("threads") or []
+  if not rows:
+    return []
+  lines = ["| optimizer | stack | rows/table | 1 thread (ms) "
+           "| every core (ms) | speedup |", "|---|---|---|---:|---:|---:|"]
+  for r in rows:
+    where = (f"| {r['optimizer']} | {BY_NAME[r['stack']].label} | "
+             f"{format_size(r['vocab'])} |")
+    if r["status"] != "ok":
+      lines.append(f"{where} {r['status']}: {r['detail']} | - | - |")
+      continue
+    lines.append(f"{where} {r['one_thread_ms']:.2f} | "
+                 f"{r['all_cores_ms']:.2f} ({r['cores']} cores) | "
+                 f"{r['speedup']:.2f}x |")
+  return lines
+
+
 def floor_lines(run) -> List[str]:
   """How the C++ floor (benchmarks/floor.py) was measured, or why not."""
   floor = run.get("floor")
@@ -146,6 +165,10 @@ def markdown(run) -> str:
   floor = floor_lines(run)
   if floor:
     out += [""] + floor
+  threads = threads_table(run)
+  if threads:
+    out += ["", "### Threads: the embedding part on one thread and on every "
+            "core", ""] + threads
   out += ["", "### Targets", ""] + targets_table(run)
   return "\n".join(out) + "\n"
 
