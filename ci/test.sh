@@ -13,11 +13,17 @@
 # damaged cache: ci/setup_tf_version.sh has built them for that
 # TensorFlow; the two-engine step repeated against a deadline; the
 # engine's every-optimizer matrix under MirroredStrategy, where the Keras
-# layer's and the export's mirrored tests stay; keras-rs' own tests, the
-# TPU programs run as 8-replica types and the keras-rs tutorial, where the
-# in-process host TPU tests stay), which the whole suite above covers; they keep
-# the quickstart and the README's examples. `bash ci/test_tf_version.sh
-# VERSION` runs everything on any version.
+# layer's mirrored tests stay; the export's mirrored tests; keras-rs' own
+# tests, the TPU programs run as 8-replica types and the keras-rs tutorial,
+# where the in-process host TPU tests stay; tfrs' checkpoints, the compat
+# tutorial, `python -m tfemb.run` and `python -m tfemb.tpu`; the kernels'
+# fallback cache and huge pages; the host engine's training, lookup,
+# bad-input and all-or-nothing matrices on the fused kernels' paths, whose
+# bits tests/kernels/test_one_bit_pattern.py checks against TensorFlow's
+# ops on that TensorFlow, while its checkpoint and restore tests keep
+# them), which the whole suite above covers; they keep the quickstart and
+# the README's examples. `bash ci/test_tf_version.sh VERSION` runs
+# everything on any version.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 # aarch64's cross compiler, for tests/kernels/test_kernel_builds.py: apt-get
@@ -76,6 +82,14 @@ run_passes "$TF_VENV/bin/python" tests \
   --deselect=tests/test_tutorials.py::test_custom_training_loop \
   --deselect=tests/test_tutorials.py::test_tfrs_tutorial_under_keras_2 \
   --deselect=tests/test_tutorials.py::test_multi_worker_tutorial_launches_two_workers \
-  --deselect=tests/test_tutorials.py::test_keras_rs_tutorial_trains_as_on_a_v5p_8
+  --deselect=tests/test_tutorials.py::test_keras_rs_tutorial_trains_as_on_a_v5p_8 \
+  --ignore=tests/layers/test_tfrs_checkpoint.py \
+  --ignore=tests/compat/test_compat_tutorial.py \
+  --ignore=tests/serving/test_export_mirrored.py \
+  --deselect=tests/kernels/test_kernels.py::test_an_unwritable_home_falls_back_to_a_temporary_cache \
+  --deselect=tests/kernels/test_kernels.py::test_tables_filled_in_blocks_are_on_huge_pages_before_any_step \
+  --deselect=tests/test_patch.py::test_python_m_tfemb_run_runs_a_script_and_a_module \
+  --deselect=tests/tpu/test_tpu_plan.py::test_python_dash_m_tfemb_tpu \
+  -k "not ((test_training or test_lookup or test_bad_input or test_atomic_steps) and (fused or interleaved))"
 echo "=== all tests passed under both Keras flavours, on the newest and" \
   "the oldest supported TensorFlow ==="

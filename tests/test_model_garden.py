@@ -4,7 +4,9 @@
 experiment's model (small tables, Model Garden's synthetic data) and checks
 that its tables are tfemb's and move, that the embedding optimizer's
 learning rate is Model Garden's schedule at every step, that the loss on
-a held batch falls and that a checkpoint restores (tests/workers/model_garden_worker.py).
+a held batch falls and that a checkpoint restores; on the TPU branch, that
+the model trained from the CPU path's start ends with the CPU path's
+tables, weights and predictions (tests/workers/model_garden_worker.py).
 
 Model Garden is installed by `ci/install_clients.sh` (ci/test.sh runs it)
 into a directory of its own beside the interpreter's packages (CLIENTS),
@@ -68,3 +70,15 @@ def test_model_garden_trains_on_tfemb(experiment, strategy, tmp_path):
   before, after = result["held_loss"]  # one batch, before and after training
   assert after < before
   assert result["restored"]
+  twin = result["cpu_twin"]
+  if strategy == "tpu":
+    # The TPU branch and the CPU path from the same start on the same 8
+    # batches: the tables moved, and end equal, as do the dense weights and
+    # the predictions of a batch (float32 sums in another order: 4
+    # replicas' gradients all-reduced).
+    assert twin["tables_moved"] > 1e-3
+    assert twin["tables"] < 1e-6 and twin["dense"] < 1e-6
+    assert twin["predicted"] == 64 and twin["predictions"] < 1e-6
+    assert all(map(math.isfinite, twin["losses"]["tpu"]))
+  else:
+    assert twin is None

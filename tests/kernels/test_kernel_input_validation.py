@@ -72,6 +72,16 @@ def row_gradients(grads, positions, unique):
                                  raise_non_finite=True)
 
 
+def counts(id_list, samples=None, **kw):
+  """TfembIdCounts of one feature of 4 samples (2 cores, 2 partitions)."""
+  attrs = dict(stacks=1, cores=2, partitions=2, count_distinct=True,
+               feature_names=["f"], stack=[0], vocabulary=[6], rotation=[0],
+               sizes=[4], first_id=[0])
+  attrs.update(kw)
+  return lib.tfemb_id_counts(
+      ids=id_list, samples=samples or [tf.zeros([0], tf.int64)], **attrs)
+
+
 def in_function(f, *args):
   """`f(*args)` in a tf.function whose inputs have unknown shapes, so that
   the kernel (not the shape function) sees them."""
@@ -117,6 +127,23 @@ CASES = {
                        stacked=[6, 2, 3, 1, 0]), [T]),
     "gather_negative_rotation": (
         lambda: gather(T, [ids(1)], stacked=[6, 2, 3, 0, -1]), [T]),
+    # TfembIdCounts
+    "counts_ids_matrix": (lambda: counts([tf.zeros([2, 2], tf.int64)]), []),
+    "counts_id_out_of_range": (lambda: counts([ids(1, 6)]), []),
+    "counts_negative_id": (lambda: counts([ids(-1)]), []),
+    "counts_more_ids_than_samples": (lambda: counts([ids(1, 1, 1, 1, 1)]),
+                                     []),
+    "counts_sample_out_of_range": (lambda: counts([ids(1)], [ids(4)]), []),
+    "counts_samples_mismatch": (lambda: counts([ids(1, 2)], [ids(0)]), []),
+    "counts_feature_names_count": (
+        lambda: counts([ids(1)], feature_names=["f", "g"]), []),
+    "counts_stack_out_of_range": (lambda: counts([ids(1)], stack=[1]), []),
+    "counts_zero_cores": (lambda: counts([ids(1)], cores=0), []),
+    "counts_samples_not_per_core": (lambda: counts([ids(1)], sizes=[3]), []),
+    "counts_negative_first_id": (lambda: counts([ids(1)], first_id=[-1]),
+                                 []),
+    "counts_cells_beyond_31_bits": (
+        lambda: counts([ids(1)], stacks=2**20, partitions=2**10), []),
     # TfembRowGradients
     "row_gradients_vector_gradients": (
         lambda: row_gradients(tf.ones([2]), ids(0, 0), ids(1)), []),
@@ -310,7 +337,7 @@ def results():
 def test_the_cases_cover_every_op_with_inputs():
   names = _case_names()
   assert len(names) == len(set(names)) >= 40
-  for op in ("gather", "row_gradients", "apply", "read_columns",
+  for op in ("gather", "counts", "row_gradients", "apply", "read_columns",
              "write_columns", "split_columns"):
     assert any(n.startswith(op + "_") for n in names), op
 

@@ -649,6 +649,86 @@ def test_a_run_the_buffer_cuts_keeps_the_sparsecores_first_ids(in_function):
   assert seen == {"passed": 4, "dropping": 4}
 
 
+@pytest.mark.parametrize("kernels,dense", [
+    (True, False), (True, True), (False, False)],
+                         ids=["fused-kernels", "fused-kernels-dense",
+                              "tensorflow-ops"])
+def test_the_cells_ids_and_distinct_ids_equal_a_numpy_count(kernels, dense):
+  """What the limits are checked on, each (stacked table, SparseCore of the
+  chip, partition) cell's ids and distinct (table, id), by the fused op
+  (TfembIdCounts) or TensorFlow's ops, equal a count that follows
+  docs/sparsecore.md: a sample's repeated ids once, an id's cell its
+  sample's SparseCore and (id + rotation) mod N. Two chips: N = 8, so the
+  stacked tables' second table is rotated. `dense`: every feature dense,
+  one id a sample (the fused op counts those SparseCore by SparseCore)."""
+  from tfemb.sparsecore import id_limit_ops  # pylint: disable=g-import-not-at-top
+  strategy = sparsecore_scenario.mirrored_strategy(2)
+  with tfemb.options.use(fused_kernels=kernels):
+    embedding = _limits_engine(
+        strategy, True, max_ids_per_table={"a_b": 64, "c": 64},
+        max_unique_ids_per_table={"a_b": 1, "c": 1})
+  ops = embedding._id_limits._ops  # pylint: disable=protected-access
+  assert (ops._kernels is not None) == kernels  # pylint: disable=protected-access
+  layouts = embedding.embedding_layouts
+  parts = layouts["a"].num_sparse_cores
+  cores = parts // 2
+  assert {layouts[t].sparse_core_shard_rotation for t in "ab"} == {0, cores}
+  rng = np.random.default_rng(11)
+  for long_runs in (False, True, False):
+    rows, _ = _random_batch(rng, long_runs)
+    if dense:  # Zipf-like repeats across samples
+      rows = {f: [[int(x)] for x in rng.integers(0, 6, _SAMPLES) * 3]
+              for f in _TABLE}
+    runs = {s: np.zeros([cores * parts], np.int64) for s in ops.names}
+    cells = {s: [set() for _ in range(cores * parts)] for s in ops.names}
+    for f, t in _TABLE.items():
+      layout = layouts[t]
+      for sample, ids in enumerate(rows[f]):
+        for x in set(ids):
+          cell = (sample // (_SAMPLES // cores) * parts +
+                  (x + layout.sparse_core_shard_rotation) % parts)
+          runs[layout.stacked_table_name][cell] += 1
+          cells[layout.stacked_table_name][cell].add((t, x))
+    ids, samples = [], []
+    for f in _TABLE:
+      ids.append(tf.constant([x for r in rows[f] for x in r], tf.int64))
+      samples.append(None if f == "y" or dense else tf.constant(
+          [b for b, r in enumerate(rows[f]) for _ in r], tf.int64))
+    if kernels:
+      got_runs, got_unique = ops._counted(range(4), ids, samples)  # pylint: disable=protected-access
+    else:
+      batch = id_limit_ops._Batch(ops, ops._features, ids, samples)  # pylint: disable=protected-access
+      got_runs = ops._runs(batch)  # pylint: disable=protected-access
+      got_unique = ops._distinct(batch, got_runs)  # pylint: disable=protected-access
+    np.testing.assert_array_equal(got_runs.numpy(),
+                                  np.stack([runs[s] for s in ops.names]))
+    np.testing.assert_array_equal(got_unique.numpy(), np.stack(
+        [[len(c) for c in cells[s]] for s in ops.names]))
+    assert got_unique.numpy().sum() < got_runs.numpy().sum()  # repeats
+
+
+def test_ids_outside_the_vocabulary_raise_naming_the_feature_under_limits():
+  """Under a config the ids are counted first: an id outside its table
+  raises as the lookup would, naming the feature and its table, and
+  nothing is trained."""
+  strategy = sparsecore_scenario.mirrored_strategy(1)
+  embedding = _limits_engine(strategy, True)
+  before = _parameters(embedding)
+  rows, z_weights = _random_batch(np.random.default_rng(5), False)
+  rows["x"][3] = [_VOCAB["a"]]
+  features, weights = _inputs(rows, z_weights)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"Feature `x` \(table `a`\): ids must be in "
+                     r"\[0, 40\)"):
+    with strategy.scope():
+      activations, preserved = embedding(features, weights)
+      embedding.apply_gradients(
+          tf.nest.map_structure(tf.ones_like, activations), preserved)
+  after = _parameters(embedding)
+  for t, value in before.items():
+    np.testing.assert_array_equal(after[t], value)
+
+
 def _check_batches(embedding, strategy, rng, in_function, layout, limits,
                    draw=_random_batch):
   """Four steps of random batches (`draw(rng, long_runs)`); how many

@@ -6,7 +6,8 @@ prints what the test checks as JSON.
 `python model_garden_worker.py EXPERIMENT STRATEGY CHECKPOINT_DIR`
 (STRATEGY: default; mirrored, over 2 logical CPUs; or tpu: Model Garden's
 `distribution_strategy: tpu`, its own `get_distribution_strategy("tpu")`,
-on tfemb's host v5p-8). Needs tf_keras (`TF_USE_LEGACY_KERAS=1`), as Model
+on tfemb's host v5p-8, then the same model trained from the same start on
+the TPU branch and on the CPU path side by side). Needs tf_keras (`TF_USE_LEGACY_KERAS=1`), as Model
 Garden does.
 """
 
@@ -33,6 +34,7 @@ from tfemb.sparsecore import table_stacking
 
 STEPS = 40
 SEED = 0
+TWIN_STEPS = 8
 
 
 def make_task(experiment):
@@ -62,6 +64,64 @@ def tables(layer):
   engine = layer._tpu_embedding  # pylint: disable=protected-access
   return table_stacking.to_unstacked(
       engine._stacking, {n: v.numpy() for n, v in found.items()})  # pylint: disable=protected-access
+
+
+def _zero_optimizer(model):
+  """The optimizers' steps and slots back to a fresh start."""
+  for v in model.optimizer.variables():
+    v.assign(tf.zeros_like(v))
+
+
+def cpu_twin(experiment, tpu_strategy, batches):
+  """The TPU branch against the CPU path from the same start: the model
+  built under `tpu_strategy` (the host TPU's, 4 replicas) and under the
+  default strategy (one replica, the global batch), the CPU one's tables
+  and dense weights copied into the TPU one's (stacked as the SparseCore
+  stacks them), both optimizers reset, then the same batches. Returns the
+  largest differences of the steps' losses, the tables and the dense
+  weights."""
+  models = {}
+  for name, strategy in (("cpu", tf.distribute.get_strategy()),
+                         ("tpu", tpu_strategy)):
+    with strategy.scope():
+      models[name] = make_task(experiment)[1].build_model()
+    models[name].train_on_batch(*batches[0])  # builds the tables
+  layers = {n: getattr(m._embedding_layer, "tpu_embedding",  # pylint: disable=protected-access
+                       m._embedding_layer) for n, m in models.items()}  # pylint: disable=protected-access
+  assert type(layers["tpu"]._tpu_embedding).__name__ == "TPUEmbeddingV2"  # pylint: disable=protected-access
+  start = tables(layers["cpu"])
+  engine = layers["tpu"]._tpu_embedding  # pylint: disable=protected-access
+  stacked = table_stacking.to_stacked(engine._stacking, start)  # pylint: disable=protected-access
+  for name, variable in layers["tpu"].embedding_tables.items():
+    variable.assign(stacked[name])
+  dense = {n: m.dense_trainable_variables for n, m in models.items()}
+  assert [v.shape for v in dense["cpu"]] == [v.shape for v in dense["tpu"]]
+  for ours, theirs in zip(dense["tpu"], dense["cpu"]):
+    ours.assign(theirs)
+  losses = {n: [] for n in models}
+  for model in models.values():
+    _zero_optimizer(model)
+  for batch in batches[1:]:
+    for name, model in models.items():
+      losses[name].append(float(model.train_on_batch(
+          *batch, return_dict=True)["loss"]))
+  last = {n: tables(layer) for n, layer in layers.items()}
+  held = {n: m.predict(batches[0][0], batch_size=len(batches[0][1]),
+                       verbose=0) for n, m in models.items()}
+  return {
+      # tf_keras logs the first replica's loss under a TPUStrategy (the
+      # sum of the replicas' elsewhere), as on a TPU: a quarter of the
+      # batch's here.
+      "losses": losses,
+      "predictions": float(np.abs(held["tpu"] - held["cpu"]).max()),
+      "predicted": held["cpu"].shape[0],
+      "tables_moved": max(float(np.abs(last["cpu"][t] - start[t]).max())
+                          for t in start),
+      "tables": max(float(np.abs(last["tpu"][t] - last["cpu"][t]).max())
+                    for t in start),
+      "dense": max(float(np.abs(a.numpy() - b.numpy()).max())
+                   for a, b in zip(dense["tpu"], dense["cpu"])),
+  }
 
 
 def main(experiment, strategy_name, checkpoint_dir):
@@ -107,6 +167,11 @@ def main(experiment, strategy_name, checkpoint_dir):
   tf.train.Checkpoint(model=again).restore(path)
   again_embedding = again._embedding_layer  # pylint: disable=protected-access
   restored = tables(getattr(again_embedding, "tpu_embedding", again_embedding))
+  twin = None
+  if strategy_name == "tpu":
+    twin = cpu_twin(experiment, strategy, [
+        tf.nest.map_structure(lambda t: t.numpy(), next(batches))
+        for _ in range(TWIN_STEPS + 1)])
   print(json.dumps({
       "layer": type(layer).__module__ + "." + type(layer).__name__,
       "replicas": strategy.num_replicas_in_sync,
@@ -117,6 +182,7 @@ def main(experiment, strategy_name, checkpoint_dir):
       "held_loss": [held_before, held_after],
       "engine": type(layer._tpu_embedding).__name__,  # pylint: disable=protected-access
       "tpu_strategy": isinstance(strategy, tf.distribute.TPUStrategy),
+      "cpu_twin": twin,
   }))
 
 

@@ -19,6 +19,7 @@ SOURCES = [os.path.join(SOURCE_DIR, name) for name in (
     "column_split.cc",        # TfembSplitColumns, TfembRejoinColumns
     "dedup_gather.cc",        # TfembDedupGather
     "huge_pages.cc",          # TfembAdviseHugePages
+    "id_counts.cc",           # TfembIdCounts
     "read_write_columns.cc",  # TfembReadColumns, TfembWriteColumns
     "row_gradients.cc",       # TfembRowGradients
 )]

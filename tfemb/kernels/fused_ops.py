@@ -21,6 +21,9 @@ below is one op per table, run by the build this process loaded
   interleaved table's columns (`tfemb.interleaved_tables`), read, written,
   and saved without a second copy of the table.
 * `advise_huge_pages(variable)`: 2 MiB pages for a table created empty.
+* `id_counts(library, ids, samples, ...)`: the ids, and the distinct ids,
+  of each SparseCore cell of a chip's batch
+  (`tfemb.sparsecore.id_limit_ops`).
 
 Every op checks the shapes and dtypes of what it is given (a scalar
 learning rate, vector ids, gradient rows matching the ids, float32
@@ -49,7 +52,7 @@ from tfemb import variable_view
 from tfemb.kernels import build
 
 for _op in ("TfembDedupGather", "TfembRowGradients", "TfembApplyRows",
-            "TfembCheckRows",
+            "TfembCheckRows", "TfembIdCounts",
             "TfembWriteColumns", "TfembSplitColumns", "TfembRejoinColumns"):
   tf.no_gradient(_op)
 # A lookup, and the check of an update, only read their table (under a
@@ -180,6 +183,18 @@ def split_columns(storage, parts: int) -> tf.Tensor:
 def rejoin_columns(storage) -> None:
   """Puts `storage`'s rows back now if a save has split them."""
   _library().tfemb_rejoin_columns(table=storage.handle)
+
+
+def id_counts(library, ids: Sequence[tf.Tensor],
+              samples: Sequence[Optional[tf.Tensor]], **attributes):
+  """`(runs, distinct)`, int64 `[stacks, cores x partitions]`: each cell's
+  ids and distinct ids (`distinct` `[0, ...]` unless `count_distinct`),
+  by `library` (`build.load()`'s). `samples`: each id's, or None (id k is
+  sample k). `attributes`: TfembIdCounts' (`src/id_counts.cc`)."""
+  empty = tf.zeros([0], tf.int64)
+  return library.tfemb_id_counts(
+      ids=list(ids), samples=[empty if s is None else s for s in samples],
+      **attributes)
 
 
 def dedup_gather(table, variable, ids: Sequence[tf.Tensor],

@@ -9,13 +9,18 @@ here, with vectorised ops, so that no Python runs in the step:
   one integer `(k * C + sample // (S / C)) * N + (id + rotation) mod N`;
   a sample's repeated ids (sparse and ragged inputs) count once:
   `tf.unique` on `sample * vocabulary + id` first, per feature;
-* the cells' ids: per feature, a segment sum over (SparseCore, id mod N),
-  rotated by a static gather and added into its stacked table's (the ops
-  that run in every step: a few per id, then some on `[K, C * N]`);
-* the cells' distinct ids, only in a step where a cell's ids are over its
-  `max_unique_ids_per_table` (the distinct ids are never more than the
-  ids): a bincount of `tf.unique` of `cell * 2^b + (the id's place among
-  its stack's ids)`, per table;
+* the cells' ids, and their distinct ids where a limit on those can be
+  reached, by one op of the fused kernels (`TfembIdCounts`,
+  `tfemb/kernels/src/id_counts.cc`: one pass over the ids, a hash insert
+  per id for the distinct ones) where they are built; otherwise
+  TensorFlow's ops:
+  - the cells' ids: per feature, a segment sum over (SparseCore, id mod
+    N), rotated by a static gather and added into its stacked table's (a
+    few ops per id, then some on `[K, C * N]`);
+  - the cells' distinct ids, only in a step where a cell's ids are over
+    its `max_unique_ids_per_table` (the distinct ids are never more than
+    the ids): a bincount of `tf.unique` of `cell * 2^b + (the id's place
+    among its stack's ids)`, per table;
 * the chip's buffer: each cell's run starts at the exclusive cumsum of the
   runs before it, each padded to 8, and keeps `clip(capacity - start, 0,
   run)` of its ids; a stacked table overflows exactly where the sum of its
@@ -38,6 +43,8 @@ from typing import Callable, List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from tfemb.kernels import build
+from tfemb.kernels import fused_ops
 from tfemb.sparsecore import id_counting
 
 _PAD = id_counting._PAD  # pylint: disable=protected-access
@@ -137,6 +144,12 @@ class _Batch:
         for keys in tables.values()]), tf.int64)
 
 
+def _once(make):
+  """`make`, called at most once: later calls return the first result."""
+  made = []
+  return lambda: made[0] if made else made.append(make()) or made[0]
+
+
 def _cond(pred, true_fn, false_fn):
   """`tf.cond` eagerly: only the branch taken runs."""
   return true_fn() if bool(pred) else false_fn()
@@ -163,12 +176,13 @@ class IdLimitOps:
 
   Args:
     stacking: the engine's `table_stacking.Stacking`.
-    features: per configured feature, `(table name, samples)`: its samples
-      are the size of its `output_shape`, a multiple of `num_sc_per_chip`.
+    features: per configured feature, `(name, table name, samples)`: its
+      name as errors give it; its samples are the size of its
+      `output_shape`, a multiple of `num_sc_per_chip`.
     limits: `id_counting.Limits`.
   """
 
-  def __init__(self, stacking, features: Sequence[Tuple[str, int]],
+  def __init__(self, stacking, features: Sequence[Tuple[str, str, int]],
                limits: id_counting.Limits):
     self.cores, self.n = stacking.num_sc_per_chip, stacking.num_sparse_cores
     self.names = list(stacking.stacked_tables)
@@ -187,16 +201,22 @@ class IdLimitOps:
           f"{self._cells} (stacked table, SparseCore, partition) cells of up "
           f"to {span} ids each: their keys exceed 62 bits.")
     self.narrow = self._cells << self.bits < 2**31  # int32 keys
-    self._features = []
-    for table_name, samples in features:
+    self._features, self._labels = [], []
+    for label, table_name, samples in features:
       t = stacking.tables[table_name]
       self._features.append(_Feature(
           self.names.index(t.stacked_table_name), t.vocabulary_size,
           t.rotation, samples, samples // self.cores, first_id[table_name]))
+      self._labels.append(label)
     self._limits = limits
     self._max_ids = np.array([limits.max_ids(s) for s in self.names])
     self._max_unique = np.array([limits.max_unique_ids(s)
                                  for s in self.names])
+    # The distinct ids are over max_unique_ids only once the ids are.
+    self._unique_reachable = bool(np.any(self._max_unique < self._max_ids))
+    self._kernels = build.load()
+    if any(f.samples * f.vocabulary >= 2**62 for f in self._features):
+      self._kernels = None  # TfembIdCounts' (sample, id) keys: 62 bits
     self._samples = [s.sample_count for s in stacking.stacked_tables.values()]
     self._capacity = np.array(
         [limits.max_ids_per_chip_per_sample * (s // self.cores) * self.cores
@@ -239,15 +259,20 @@ class IdLimitOps:
     Raises:
       id_counting.LimitError: eagerly, for a batch over a limit.
     """
-    batch = _Batch(self, [self._features[i] for i in indices], ids, samples)
-    runs = self._runs(batch)
+    feats = [self._features[i] for i in indices]
+    batch = lambda: _Batch(self, feats, ids, samples)
+    if self._kernels is not None:
+      runs, unique = self._counted(indices, ids, samples)
+    else:
+      batch = _once(batch)
+      runs = self._runs(batch())
+      unique = self._distinct(batch(), runs)
     padded = lambda: tf.bitwise.bitwise_and(runs + (_PAD - 1), -_PAD)
     overflow = self.may_overflow(indices, ids)
     # The buffer each stacked table fills: over its capacity (a multiple of
     # 8) exactly where a run does not fit.
     used = tf.reduce_sum(padded(), axis=1, keepdims=True) if overflow else None
     dropping = self._limits.allow_id_dropping and overflow
-    unique = self._distinct(batch, runs)
     checked = [(runs, self._max_ids)]
     if unique is not None:
       checked.append((unique, self._max_unique))
@@ -277,9 +302,24 @@ class IdLimitOps:
         return [[x] + p[1:] for x, p in zip(ids, payloads)], ok
       cond = _cond if ok is None else tf.cond
       return cond(tf.reduce_any(used[:, 0] > self._capacity),
-                  lambda: self._dropped(batch, runs, padded(), payloads,
+                  lambda: self._dropped(batch(), runs, padded(), payloads,
                                         on_drop),
                   lambda: payloads), ok
+
+  def _counted(self, indices, ids, samples):
+    """`(runs, distinct or None)` by TfembIdCounts."""
+    feats = [self._features[i] for i in indices]
+    runs, unique = fused_ops.id_counts(
+        self._kernels, ids, samples, stacks=len(self.names),
+        cores=self.cores, partitions=self.n,
+        count_distinct=self._unique_reachable,
+        feature_names=[self._labels[i] for i in indices],
+        stack=[f.stack for f in feats],
+        vocabulary=[f.vocabulary for f in feats],
+        rotation=[f.rotation for f in feats],
+        sizes=[f.samples for f in feats],
+        first_id=[f.first_id for f in feats])
+    return runs, unique if self._unique_reachable else None
 
   def _runs(self, batch: _Batch) -> tf.Tensor:
     """Each cell's ids `[K, C * N]`: per feature its histogram of
@@ -300,8 +340,8 @@ class IdLimitOps:
     """Each cell's distinct (table, id) `[K, C * N]` where a count is over
     its limit (elsewhere the ids, as many or more), or None where no limit
     can be reached."""
-    if np.all(self._max_unique >= self._max_ids):
-      return None  # over max_unique_ids only once over max_ids
+    if not self._unique_reachable:
+      return None
     cond = _cond if tf.executing_eagerly() else tf.cond
 
     def count():

@@ -18,6 +18,7 @@ from absl import logging
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import validation
 from tfemb.sparsecore import id_counting
 from tfemb.sparsecore import id_limit_ops
 
@@ -53,7 +54,8 @@ class IdLimits:
             f"Feature {path!r}: its {samples} samples (output_shape's size) "
             f"do not divide among the {cores} SparseCores of a chip, as a "
             "SparseCore TPU needs.")
-      features.append((feature.table.name, samples))
+      features.append((validation.feature(path, feature.table.name),
+                       feature.table.name, samples))
     self._ops = id_limit_ops.IdLimitOps(
         stacking, features,
         id_counting.Limits.of(sparse_core_embedding_config))
