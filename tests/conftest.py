@@ -67,10 +67,17 @@ def pytest_collection_modifyitems(config, items):
   `@pytest.mark.runs_under("tf_keras")` (or "keras3"), on a test or a
   parameter: the test's processes run under that Keras flavour whatever
   the pass's, so it does the same work in both passes; it is kept in that
-  flavour's pass and deselected in the other, and runs once."""
+  flavour's pass and deselected in the other, and runs once.
+
+  `TFEMB_KERAS_FREE_ONCE` (ci/test.sh sets it for the oldest TensorFlow's
+  core tests): test files and folders, separated by spaces, that use no
+  Keras; the tf_keras pass leaves them to the Keras 3 pass."""
+  once = os.environ.get("TFEMB_KERAS_FREE_ONCE", "").split()
   kept = [item for item in items
           if all(mark.args[0] == PASS_FLAVOUR
-                 for mark in item.iter_markers("runs_under"))]
+                 for mark in item.iter_markers("runs_under")) and not (
+                     PASS_FLAVOUR == "tf_keras" and
+                     item.nodeid.split("::")[0].startswith(tuple(once)))]
   if len(kept) < len(items):
     config.hook.pytest_deselected(items=[i for i in items if i not in kept])
     items[:] = kept

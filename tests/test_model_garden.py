@@ -35,13 +35,13 @@ if not os.path.isdir(os.path.join(CLIENTS, "official", "recommendation")):
 # both passes, so it runs in the tf_keras one (`runs_under`).
 @pytest.mark.runs_under("tf_keras")
 @pytest.mark.parametrize("experiment,strategy", [
-    # DLRM's default strategy in the long suite (the suite's time): CI
-    # trains DCN v2 by default and DLRM on the TPU branch.
+    # The default strategy's runs in the long suite (the suite's time): CI's
+    # TPU case trains DLRM on the CPU path too, beside its TPU branch.
     pytest.param("dlrm_criteo", "default", marks=pytest.mark.long),
+    pytest.param("dlrm_dcn_v2_criteo", "default", marks=pytest.mark.long),
     # Several replicas in CI: the TPU case's 4; MirroredStrategy's 2 in the
     # long suite.
     pytest.param("dlrm_criteo", "mirrored", marks=pytest.mark.long),
-    ("dlrm_dcn_v2_criteo", "default"),
     # `distribution_strategy: tpu`: Model Garden's own TPU set-up gives the
     # host v5p-8's TPUStrategy, and its TPU branch (the SparseCore's
     # per-replica output shapes and config) trains on tfemb's host

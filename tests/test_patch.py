@@ -220,6 +220,9 @@ def test_an_uncaught_error_is_printed_as_python_prints_it(tmp_path):
   assert "tfemb" not in traceback
 
 
+# The script is a mid-level TPU program, no Keras: the same work in both
+# passes, so it runs once (`runs_under`), in the pass with room.
+@pytest.mark.runs_under("tf_keras")
 def test_python_m_tfemb_run_runs_a_script_and_a_module(tmp_path):
   script = tmp_path / "train_on_tpu.py"
   script.write_text(SCRIPT + "print(__file__)\n")

@@ -37,6 +37,9 @@ class Lookup(NamedTuple):
   output_shape: tf.Tensor  # int64 [k]: activation shape without dim
   static_shape: tf.TensorShape  # what is known of output_shape statically
   checks: Tuple[tf.Operation, ...] = ()  # input checks the step depends on
+  # Checks the activations and every write wait for, but not the lookup:
+  # it only reads, beside them (the SparseCore's id limits).
+  gate: Tuple[tf.Operation, ...] = ()
 
 
 def input_shape_error(path, x, serving=False) -> Optional[str]:

@@ -54,6 +54,9 @@ def test_target_falls_back_to_separate_processes():
   assert f["ratio"] == pytest.approx(6.0 / 4.0)
 
 
+# The embedding part alone, no Keras: the same work in both passes, so it
+# runs once (`runs_under`), in the pass with room.
+@pytest.mark.runs_under("tf_keras")
 def test_flatness_child_times_both_sizes(tmp_path):
   out = tmp_path / "flat.json"
   result = subprocess.run(

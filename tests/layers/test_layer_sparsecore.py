@@ -107,3 +107,40 @@ def test_following_v2_the_tables_and_slots_save_and_restore(how, tmp_path):
   x = {"f": IDS}
   np.testing.assert_array_equal(fresh.predict(x, batch_size=4, verbose=0),
                                 model.predict(x, batch_size=4, verbose=0))
+
+
+@pytest.mark.requires_tensorflow("2.17")  # the SparseCore host engine
+def test_a_batch_over_an_id_limit_moves_neither_tables_nor_dense_weights():
+  """The id limits' check runs beside the lookup (docs/sparsecore.md, "Id
+  limits"): a batch over `max_ids_per_table` fails the Keras step, and
+  neither the table nor the dense layer that takes the activations moves;
+  a batch within it trains both."""
+  table = tfemb.TableConfig(10, 4, name="t",
+                            initializer=tf.constant_initializer(INIT))
+  layer = tfemb.layers.TPUEmbedding(
+      {"f": tfemb.FeatureConfig(table, output_shape=[8])}, tfemb.SGD(0.5),
+      sparse_core_embedding_config=tfemb.SparseCoreEmbeddingConfig(
+          max_ids_per_table={"t": 1}, max_unique_ids_per_table={"t": 1}))
+  inputs = {"f": keras.Input(shape=(), batch_size=8, dtype="int32",
+                             name="f")}
+  dense = keras.layers.Dense(1, kernel_initializer="ones")
+  model = keras.Model(inputs, dense(layer(inputs)["f"]))
+  model.compile(optimizer=keras.optimizers.SGD(0.1),
+                loss=lambda y, p: tf.reduce_sum(p))
+  within = {"f": np.arange(8, dtype=np.int32)}  # a cell gets one id at most
+  model.train_on_batch(within, np.zeros((8, 1)))  # builds (fit shuffles)
+  before = [layer.embedding_tables["t"].numpy(), dense.kernel.numpy()]
+  # One chip: 4 SparseCores of 2 samples each, 4 partitions (id mod 4).
+  # Ids 0 and 4 of SparseCore 0's samples both go to partition 0: two ids
+  # over the limit of one.
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=r"SparseCore 0 of the chip sends 2 ids to "
+                     r"partition 0 .*over the limit of 1"):
+    model.train_on_batch({"f": np.array([0, 4, 2, 3, 5, 6, 7, 9], np.int32)},
+                         np.zeros((8, 1)))
+  np.testing.assert_array_equal(layer.embedding_tables["t"].numpy(),
+                                before[0])
+  np.testing.assert_array_equal(dense.kernel.numpy(), before[1])
+  model.train_on_batch(within, np.zeros((8, 1)))
+  assert not np.array_equal(dense.kernel.numpy(), before[1])
+  assert not np.array_equal(layer.embedding_tables["t"].numpy(), before[0])

@@ -64,6 +64,9 @@ def assert_same(got, expected):
                                atol=1e-7, err_msg=key)
 
 
+# The mid-level engine, no Keras: the same work in both passes, so it runs
+# once, in the tf_keras pass beside the fit case (`runs_under`).
+@pytest.mark.runs_under("tf_keras")
 def test_sharded_tables_train_like_one_process_and_checkpoints_move(
     cluster, tmp_path):
   single_dir = tmp_path / "single"

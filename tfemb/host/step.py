@@ -59,7 +59,7 @@ def gather(config: resolution.Resolved, paths: Sequence[TablePath],
                       "tfemb.host.paths.TablePath.")
     table_batch, table_checks = paths[t].lookup(table_members)
     tables[t] = (paths[t], table_batch)
-    checks += table_checks
+    checks += table_checks + [g for m in table_members for g in m.lookup.gate]
   return Batch(dict(zip(feature_ids, lookups)), tables, checks)
 
 
@@ -75,6 +75,9 @@ def activations(config: resolution.Resolved, batch: Batch,
     dim = path.table.dim
     for i, rows in zip(table_batch.features, path.feature_rows(table_batch)):
       lookup = batch.lookups[i]
+      if lookup.gate:  # rows read beside the gate's checks, used after
+        with tf.control_dependencies(lookup.gate):
+          rows = tf.identity(rows)
       if lookup.scales is not None:
         rows = rows * lookup.scales[:, None]
       if lookup.segments is not None:

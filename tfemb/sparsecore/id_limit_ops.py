@@ -252,9 +252,9 @@ class IdLimitOps:
         dropped per stacked table (int64 `[K]`); returns the ops to run.
 
     Returns:
-      `(payloads, ok)`: the payloads, which the step computes from only
-      once the batch is checked; `ok`, in a graph, the check (None
-      eagerly).
+      `(payloads, ok)`: the payloads (where ids may be dropped, computed
+      after the check; else as given); `ok`, in a graph, the check, which
+      the step's activations and writes must wait for (None eagerly).
 
     Raises:
       id_counting.LimitError: eagerly, for a batch over a limit.
@@ -296,10 +296,9 @@ class IdLimitOps:
           return tf.constant(True)
       ok = tf.cond(failed, fail, lambda: tf.constant(True))
     payloads = [list(p) for p in payloads]
+    if not dropping:  # the ids as they are: lookups may read beside the check
+      return payloads, ok
     with tf.control_dependencies([] if ok is None else [ok]):
-      if not dropping:  # the ids wait for the check (one op for all)
-        ids = tf.identity_n([p[0] for p in payloads]) if payloads else []
-        return [[x] + p[1:] for x, p in zip(ids, payloads)], ok
       cond = _cond if ok is None else tf.cond
       return cond(tf.reduce_any(used[:, 0] > self._capacity),
                   lambda: self._dropped(batch(), runs, padded(), payloads,

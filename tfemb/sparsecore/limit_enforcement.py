@@ -102,7 +102,9 @@ class IdLimits:
   def apply(self, indices: Sequence[int], lookups: Sequence[Any]) -> list:
     """`lookups` (of features `indices`) without the ids the SparseCore
     drops; raises `InvalidArgumentError` for a batch it fails (eagerly,
-    `id_counting.LimitError`)."""
+    `id_counting.LimitError`). In a graph the check is each lookup's `gate`:
+    its activations and the step's writes wait for it, its rows are read
+    beside it."""
     ids = [tf.cast(lookup.ids, tf.int64) for lookup in lookups]
     samples = [None if lookup.segments is None else
                tf.cast(lookup.segments, tf.int64) for lookup in lookups]
@@ -124,7 +126,7 @@ class IdLimits:
       segments = next(tensors) if (
           dropping or lookup.segments is not None) else None
       scales = None if lookup.scales is None else next(tensors)
-      checks = lookup.checks if ok is None else lookup.checks + (ok.op,)
+      gate = lookup.gate if ok is None else lookup.gate + (ok.op,)
       out.append(lookup._replace(ids=ids_, segments=segments, scales=scales,
-                                 checks=checks))
+                                 gate=gate))
     return out
