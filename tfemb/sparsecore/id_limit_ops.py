@@ -34,7 +34,8 @@ here, with vectorised ops, so that no Python runs in the step:
 A batch over a limit fails with the first failure in the order
 `id_counting.plan` checks and its message: `LimitError` eagerly, in a graph
 an `InvalidArgumentError` from `tf.debugging.Assert` (which escapes the
-quotes: `Stacked table \\'t\\'`), before what the step computes from the ids.
+quotes: `Stacked table \\'t\\'`), which the step's activations and writes
+wait for (its lookups only read, beside it).
 """
 
 import dataclasses
