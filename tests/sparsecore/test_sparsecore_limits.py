@@ -661,14 +661,14 @@ def test_the_cells_ids_and_distinct_ids_equal_a_numpy_count(kernels, dense):
   sample's SparseCore and (id + rotation) mod N. Two chips: N = 8, so the
   stacked tables' second table is rotated. `dense`: every feature dense,
   one id a sample (the fused op counts those SparseCore by SparseCore)."""
-  from tfemb.sparsecore import id_limit_ops  # pylint: disable=g-import-not-at-top
+  from tfemb.sparsecore import id_cells  # pylint: disable=g-import-not-at-top
   strategy = sparsecore_scenario.mirrored_strategy(2)
   with tfemb.options.use(fused_kernels=kernels):
     embedding = _limits_engine(
         strategy, True, max_ids_per_table={"a_b": 64, "c": 64},
         max_unique_ids_per_table={"a_b": 1, "c": 1})
   ops = embedding._id_limits._ops  # pylint: disable=protected-access
-  assert (ops._kernels is not None) == kernels  # pylint: disable=protected-access
+  assert ops._fused == kernels  # pylint: disable=protected-access
   layouts = embedding.embedding_layouts
   parts = layouts["a"].num_sparse_cores
   cores = parts // 2
@@ -695,9 +695,10 @@ def test_the_cells_ids_and_distinct_ids_equal_a_numpy_count(kernels, dense):
       samples.append(None if f == "y" or dense else tf.constant(
           [b for b, r in enumerate(rows[f]) for _ in r], tf.int64))
     if kernels:
-      got_runs, got_unique = ops._counted(range(4), ids, samples)  # pylint: disable=protected-access
+      got_runs, got_unique = ops._counted(  # pylint: disable=protected-access
+          range(4), ops._features, ids, samples)  # pylint: disable=protected-access
     else:
-      batch = id_limit_ops._Batch(ops, ops._features, ids, samples)  # pylint: disable=protected-access
+      batch = id_cells.Batch(ops, ops._features, ids, samples)  # pylint: disable=protected-access
       got_runs = ops._runs(batch)  # pylint: disable=protected-access
       got_unique = ops._distinct(batch, got_runs)  # pylint: disable=protected-access
     np.testing.assert_array_equal(got_runs.numpy(),

@@ -21,7 +21,7 @@ below is one op per table, run by the build this process loaded
   interleaved table's columns (`tfemb.interleaved_tables`), read, written,
   and saved without a second copy of the table.
 * `advise_huge_pages(variable)`: 2 MiB pages for a table created empty.
-* `id_counts(library, ids, samples, ...)`: the ids, and the distinct ids,
+* `id_counts(ids, samples, ...)`: the ids, and the distinct ids,
   of each SparseCore cell of a chip's batch
   (`tfemb.sparsecore.id_limit_ops`).
 
@@ -185,14 +185,14 @@ def rejoin_columns(storage) -> None:
   _library().tfemb_rejoin_columns(table=storage.handle)
 
 
-def id_counts(library, ids: Sequence[tf.Tensor],
+def id_counts(ids: Sequence[tf.Tensor],
               samples: Sequence[Optional[tf.Tensor]], **attributes):
   """`(runs, distinct)`, int64 `[stacks, cores x partitions]`: each cell's
-  ids and distinct ids (`distinct` `[0, ...]` unless `count_distinct`),
-  by `library` (`build.load()`'s). `samples`: each id's, or None (id k is
-  sample k). `attributes`: TfembIdCounts' (`src/id_counts.cc`)."""
+  ids and distinct ids (`distinct` `[0, ...]` unless `count_distinct`).
+  `samples`: each id's, or None (id k is sample k). `attributes`:
+  TfembIdCounts' (`src/id_counts.cc`)."""
   empty = tf.zeros([0], tf.int64)
-  return library.tfemb_id_counts(
+  return _library().tfemb_id_counts(
       ids=list(ids), samples=[empty if s is None else s for s in samples],
       **attributes)
 

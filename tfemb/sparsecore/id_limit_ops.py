@@ -38,7 +38,6 @@ quotes: `Stacked table \\'t\\'`), which the step's activations and writes
 wait for (its lookups only read, beside it).
 """
 
-import dataclasses
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -46,130 +45,15 @@ import tensorflow as tf
 
 from tfemb.kernels import build
 from tfemb.kernels import fused_ops
+from tfemb.sparsecore import id_cells
 from tfemb.sparsecore import id_counting
 
 _PAD = id_counting._PAD  # pylint: disable=protected-access
 
 
-@dataclasses.dataclass(frozen=True)
-class _Feature:
-  """What the counts need of one configured feature."""
-  stack: int  # its stacked table, in TensorFlow's order
-  vocabulary: int  # its table's (the radix of the deduplication key)
-  rotation: int
-  samples: int  # the size of its output_shape
-  per_core: int  # its samples on each SparseCore of the chip
-  first_id: int  # its table's first id among its stack's, in stacking order
-
-
-def _divide(x, d: int):
-  """`x // d` (floor), a shift when `d` is a power of 2."""
-  if d & (d - 1) == 0:
-    return tf.bitwise.right_shift(x, tf.constant(d.bit_length() - 1, x.dtype))
-  return tf.math.floordiv(x, d)
-
-
-def _modulo(x, d: int):
-  """`x mod d` (floor), a mask when `d` is a power of 2."""
-  if d & (d - 1) == 0:
-    return tf.bitwise.bitwise_and(x, tf.constant(d - 1, x.dtype))
-  return tf.math.floormod(x, d)
-
-
-def _bincount(x, size: int):
-  """How many of `x` (int64 in [0, size)) are each of 0..size-1, int64 (a
-  segment sum: 3x faster than DenseBincount's on a CPU)."""
-  return tf.math.unsorted_segment_sum(tf.ones_like(x), x, size)
-
-
-class _Batch:
-  """One chip's batch of the features given, each sample's ids once (in
-  the order of their first occurrences), and what the ops need of it."""
-
-  def __init__(self, ops: "IdLimitOps", feats, ids, samples):
-    self.ops, self.feats, self.ids, self.samples, self.dedup = (
-        ops, feats, [], [], [])
-    for f, x, s in zip(feats, ids, samples):
-      idx = None
-      if s is not None:  # sparse or ragged: a sample's repeated ids
-        key, idx = _unique(s * f.vocabulary + x, f.samples * f.vocabulary)
-        s = tf.math.floordiv(key, f.vocabulary)
-        x = key - s * f.vocabulary
-      self.ids.append(x)
-      self.samples.append(s)
-      self.dedup.append(idx)
-
-  def _base(self, f, x, s, row: int):
-    """Per id, `(row * C + its SparseCore of the chip) * N`: a constant
-    for a dense feature of a static size (id k is sample k)."""
-    c, n = self.ops.cores, self.ops.n
-    if s is None and x.shape[0] is not None:
-      return tf.constant(
-          (np.arange(x.shape[0]) // f.per_core + row * c) * n, tf.int64)
-    if s is None:
-      s = tf.range(tf.size(x, out_type=tf.int64))
-    return (_divide(s, f.per_core) + row * c) * n
-
-  def histograms(self) -> List[tf.Tensor]:
-    """Per feature, its ids per (SparseCore of the chip, `id mod N`),
-    `[C * N]` (side by side: no concatenation)."""
-    return [_bincount(self._base(f, x, s, 0) + _modulo(x, self.ops.n),
-                      self.ops.cores * self.ops.n)
-            for f, x, s in zip(self.feats, self.ids, self.samples)]
-
-  def cells(self) -> List[tf.Tensor]:
-    """Per feature, each id's cell, (stacked table, SparseCore of the
-    chip, partition)."""
-    return [self._base(f, x, s, f.stack) +
-            _modulo(x + f.rotation if f.rotation else x, self.ops.n)
-            for f, x, s in zip(self.feats, self.ids, self.samples)]
-
-  def order_keys(self, cells) -> List[tf.Tensor]:
-    """Per feature, `cell * 2^b + the id's place among its stack's ids`:
-    the SparseCore's order of the ids, and their distinct (table, id)."""
-    shift = tf.constant(self.ops.bits, tf.int64)
-    keys = [tf.bitwise.left_shift(c, shift) + (x + f.first_id)
-            for f, x, c in zip(self.feats, self.ids, cells)]
-    return [tf.cast(k, tf.int32) for k in keys] if self.ops.narrow else keys
-
-  def distinct_cells(self, keys) -> tf.Tensor:
-    """The cell of each distinct (SparseCore, table, id) of `order_keys`,
-    by `tf.unique` per table (smaller ones are faster, and run side by
-    side)."""
-    tables = {}
-    for f, key in zip(self.feats, keys):
-      tables.setdefault((f.stack, f.first_id), []).append(key)
-    shift = tf.constant(self.ops.bits, keys[0].dtype if keys else tf.int64)
-    return tf.cast(_concat([
-        tf.bitwise.right_shift(tf.unique(_concat(keys))[0], shift)
-        for keys in tables.values()]), tf.int64)
-
-
-def _once(make):
-  """`make`, called at most once: later calls return the first result."""
-  made = []
-  return lambda: made[0] if made else made.append(make()) or made[0]
-
-
 def _cond(pred, true_fn, false_fn):
   """`tf.cond` eagerly: only the branch taken runs."""
   return true_fn() if bool(pred) else false_fn()
-
-
-def _concat(parts) -> tf.Tensor:
-  """Tensors end to end (none: an empty int64 one)."""
-  if not parts:
-    return tf.zeros([0], tf.int64)
-  return tf.concat(parts, 0) if len(parts) > 1 else parts[0]
-
-
-def _unique(key, bound: int):
-  """`tf.unique` of int64 `key` in [0, bound), as int64 (on int32 where
-  they fit: 40% faster)."""
-  if bound < 2**31:
-    key, idx = tf.unique(tf.cast(key, tf.int32), out_idx=tf.int64)
-    return tf.cast(key, tf.int64), idx
-  return tf.unique(key, out_idx=tf.int64)
 
 
 class IdLimitOps:
@@ -205,7 +89,7 @@ class IdLimitOps:
     self._features, self._labels = [], []
     for label, table_name, samples in features:
       t = stacking.tables[table_name]
-      self._features.append(_Feature(
+      self._features.append(id_cells.Feature(
           self.names.index(t.stacked_table_name), t.vocabulary_size,
           t.rotation, samples, samples // self.cores, first_id[table_name]))
       self._labels.append(label)
@@ -215,9 +99,10 @@ class IdLimitOps:
                                  for s in self.names])
     # The distinct ids are over max_unique_ids only once the ids are.
     self._unique_reachable = bool(np.any(self._max_unique < self._max_ids))
-    self._kernels = build.load()
-    if any(f.samples * f.vocabulary >= 2**62 for f in self._features):
-      self._kernels = None  # TfembIdCounts' (sample, id) keys: 62 bits
+    # TfembIdCounts where the kernels are built and its (sample, id) keys
+    # fit in 62 bits.
+    self._fused = build.load() is not None and all(
+        f.samples * f.vocabulary < 2**62 for f in self._features)
     self._samples = [s.sample_count for s in stacking.stacked_tables.values()]
     self._capacity = np.array(
         [limits.max_ids_per_chip_per_sample * (s // self.cores) * self.cores
@@ -261,13 +146,14 @@ class IdLimitOps:
       id_counting.LimitError: eagerly, for a batch over a limit.
     """
     feats = [self._features[i] for i in indices]
-    batch = lambda: _Batch(self, feats, ids, samples)
-    if self._kernels is not None:
-      runs, unique = self._counted(indices, ids, samples)
+    if self._fused:  # the batch's cells only where ids may be dropped
+      runs, unique = self._counted(indices, feats, ids, samples)
+      batch = lambda: id_cells.Batch(self, feats, ids, samples)
     else:
-      batch = _once(batch)
-      runs = self._runs(batch())
-      unique = self._distinct(batch(), runs)
+      cells = id_cells.Batch(self, feats, ids, samples)
+      runs = self._runs(cells)
+      unique = self._distinct(cells, runs)
+      batch = lambda: cells
     padded = lambda: tf.bitwise.bitwise_and(runs + (_PAD - 1), -_PAD)
     overflow = self.may_overflow(indices, ids)
     # The buffer each stacked table fills: over its capacity (a multiple of
@@ -306,11 +192,10 @@ class IdLimitOps:
                                         on_drop),
                   lambda: payloads), ok
 
-  def _counted(self, indices, ids, samples):
+  def _counted(self, indices, feats, ids, samples):
     """`(runs, distinct or None)` by TfembIdCounts."""
-    feats = [self._features[i] for i in indices]
     runs, unique = fused_ops.id_counts(
-        self._kernels, ids, samples, stacks=len(self.names),
+        ids, samples, stacks=len(self.names),
         cores=self.cores, partitions=self.n,
         count_distinct=self._unique_reachable,
         feature_names=[self._labels[i] for i in indices],
@@ -321,7 +206,7 @@ class IdLimitOps:
         first_id=[f.first_id for f in feats])
     return runs, unique if self._unique_reachable else None
 
-  def _runs(self, batch: _Batch) -> tf.Tensor:
+  def _runs(self, batch: id_cells.Batch) -> tf.Tensor:
     """Each cell's ids `[K, C * N]`: per feature its histogram of
     (SparseCore, id mod N), rotated by its table's rotation (a static
     gather), added into its stacked table's."""
@@ -336,7 +221,7 @@ class IdLimitOps:
         tf.add_n(c) if c else tf.zeros([self.cores * self.n], tf.int64)
         for c in per_stack])
 
-  def _distinct(self, batch: _Batch, runs) -> Optional[tf.Tensor]:
+  def _distinct(self, batch: id_cells.Batch, runs) -> Optional[tf.Tensor]:
     """Each cell's distinct (table, id) `[K, C * N]` where a count is over
     its limit (elsewhere the ids, as many or more), or None where no limit
     can be reached."""
@@ -346,18 +231,18 @@ class IdLimitOps:
 
     def count():
       keys = batch.order_keys(batch.cells())
-      return tf.reshape(_bincount(batch.distinct_cells(keys), self._cells),
+      return tf.reshape(id_cells.bincount(batch.distinct_cells(keys), self._cells),
                         tf.shape(runs))
 
     return cond(tf.reduce_any(runs > self._max_unique[:, None]), count,
                 lambda: runs)
 
-  def _dropped(self, batch: _Batch, runs, padded, payloads, on_drop):
+  def _dropped(self, batch: id_cells.Batch, runs, padded, payloads, on_drop):
     """The payloads of the ids the buffer keeps (the step's drops)."""
     starts = tf.cumsum(padded, axis=1, exclusive=True)
     kept_runs = tf.clip_by_value(self._capacity[:, None] - starts, 0, runs)
     cells = batch.cells()
-    key, cells = _concat(batch.order_keys(cells)), _concat(cells)
+    key, cells = id_cells.concat(batch.order_keys(cells)), id_cells.concat(cells)
     run = tf.gather(tf.reshape(runs, [-1]), cells)
     kept = tf.gather(tf.reshape(kept_runs, [-1]), cells)
     # A run is kept whole, or not at all, but for the one where the buffer

@@ -122,19 +122,19 @@ struct Feature {
       vocabulary, first_id;
 };
 
-// Adds one feature's ids to the cells' counts: `h`, kCopies histograms of
-// `cells`, the i-th counted id in copy i mod kCopies (ids of one cell in a
-// row then add to different counters, not to one chain of increments);
-// with kDistinct, appends each counted id's cell and its place among its
-// stack's ids to `counted`. Everything the loop reads is a value here, not
-// a member the stores could alias.
-constexpr int kCopies = 4;  // a power of two
+constexpr int kCopies = 4;  // histograms of the cells' ids; a power of two
 
+// Each counted id's cell and its place among its stack's ids.
 struct Counted {
   std::vector<int32_t> cell;
   std::vector<int64_t> place;
 };
 
+// Adds one feature's ids to the cells' counts: `h`, kCopies histograms of
+// `cells`, the i-th counted id in copy i mod kCopies (ids of one cell in a
+// row then add to different counters, not to one chain of increments);
+// with kDistinct, appends each counted id to `counted`. Everything the
+// loop reads is a value here, not a member the stores could alias.
 template <bool kDistinct>
 void CountIds(const Feature f, const Divisor partition_of,
               const int64_t cells, int64_t* h, Counted* counted,
