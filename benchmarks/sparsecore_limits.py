@@ -21,8 +21,8 @@ over the rounds, with the quartiles and the extremes. The configs:
   defaults are equal too);
 * `suggested`: the suggested config as it is, with a smaller
   `max_unique_ids_per_table`: the cells over it count their distinct ids
-  in every step (a hash insert per id in the fused kernels' `TfembIdCounts`,
-  a `tf.unique` per table without them);
+  in every step (an insert per id into a set in the fused kernels'
+  `TfembIdCounts`, a `tf.unique` per table without them);
 * `dropping`: `ids` with `allow_id_dropping`, nothing dropped (the
   features' static sizes cannot fill the buffer: nothing changes);
 * `drops`: `dropping` with `max_ids_per_chip_per_sample=1`, a buffer of

@@ -564,23 +564,28 @@ def _failure_pattern(failure):
           rf"table\[{name}\]")
 
 
-_CASES = [  # replicas, stacking, dropping, in a tf.function
-    (1, True, False, False), (1, False, False, True), (1, True, True, True),
-    (1, False, True, False), (2, True, True, True), (2, False, True, False),
-    (2, True, False, True)]
+_CASES = [  # replicas, stacking, dropping, in a tf.function, fused kernels
+    (1, True, False, False, True), (1, False, False, True, True),
+    (1, True, True, True, True), (1, False, True, False, True),
+    (2, True, True, True, True), (2, False, True, False, True),
+    (2, True, False, True, True),
+    # In a graph the fused kernels' op fails the batch itself; TensorFlow's
+    # ops word the same message (without the kernels).
+    (1, True, False, True, False)]
 # The slowest case in the long suite (the suite's time): CI keeps dropping
 # on two chips (unstacked, eager) and stacked in a function (one chip).
-_LONG = {(2, True, True, True)}
+_LONG = {(2, True, True, True, True)}
 
 
-@pytest.mark.parametrize("replicas,stacking,dropping,in_function", [
+@pytest.mark.parametrize("replicas,stacking,dropping,in_function,kernels", [
     pytest.param(*c, marks=[pytest.mark.long] if c in _LONG else [],
                  id=f"{c[0]}chips-{'stacked' if c[1] else 'unstacked'}-"
                  f"{'dropping' if c[2] else 'failing'}-"
-                 f"{'fn' if c[3] else 'eager'}")
+                 f"{'fn' if c[3] else 'eager'}"
+                 f"{'' if c[4] else '-tensorflow-ops'}")
     for c in _CASES])
 def test_random_batches_keep_drop_and_fail_as_the_reference(
-    replicas, stacking, dropping, in_function):
+    replicas, stacking, dropping, in_function, kernels):
   """Per batch, limits drawn so that some batches pass, some drop (or
   fail) ids: the activations are those of the ids the reference keeps,
   with their gains over the whole sample; the step trains only them (SGD,
@@ -606,7 +611,9 @@ def test_random_batches_keep_drop_and_fail_as_the_reference(
                            16 for n in names},
         max_unique_ids_per_table={n: int(rng.integers(2, 4)) if (
             tight == "unique ids") else 16 for n in names})
-    embedding = _limits_engine(strategy, stacking, **limits)
+    with tfemb.options.use(fused_kernels=kernels):
+      embedding = _limits_engine(strategy, stacking, **limits)
+    assert embedding._id_limits._ops._fused == kernels  # pylint: disable=protected-access
     layout = _reference_layout(embedding)
     assert sorted(layout[2]) == names
     seen += _check_batches(
@@ -696,7 +703,7 @@ def test_the_cells_ids_and_distinct_ids_equal_a_numpy_count(kernels, dense):
           [b for b, r in enumerate(rows[f]) for _ in r], tf.int64))
     if kernels:
       got_runs, got_unique = ops._counted(  # pylint: disable=protected-access
-          range(4), ops._features, ids, samples)  # pylint: disable=protected-access
+          range(4), ops._features, ids, samples, False)  # pylint: disable=protected-access
     else:
       batch = id_cells.Batch(ops, ops._features, ids, samples)  # pylint: disable=protected-access
       got_runs = ops._runs(batch)  # pylint: disable=protected-access
@@ -706,6 +713,46 @@ def test_the_cells_ids_and_distinct_ids_equal_a_numpy_count(kernels, dense):
     np.testing.assert_array_equal(got_unique.numpy(), np.stack(
         [[len(c) for c in cells[s]] for s in ops.names]))
     assert got_unique.numpy().sum() < got_runs.numpy().sum()  # repeats
+
+
+@pytest.mark.parametrize("vocabulary", [50, 2**40],
+                         ids=["bitmap-of-ids", "hash-set-of-ids"])
+@pytest.mark.parametrize("dense", [False, True], ids=["sparse", "dense"])
+def test_the_fused_count_of_distinct_ids_over_any_vocabulary(vocabulary,
+                                                              dense):
+  """TfembIdCounts' distinct ids of each (stacked table, SparseCore,
+  partition) cell equal a NumPy count, whether the op keeps the distinct
+  ids in a bitmap of the vocabulary (a small one) or in a hash set (a
+  vocabulary of 2^40 ids); two tables in one stack, the second's ids after
+  the first's, the first feature's samples repeating ids (sparse)."""
+  from tfemb.kernels import build  # pylint: disable=g-import-not-at-top
+  from tfemb.kernels import fused_ops  # pylint: disable=g-import-not-at-top
+  if build.load() is None:
+    pytest.skip("the fused kernels cannot be built here")
+  rng = np.random.default_rng(5)
+  samples, cores, parts = 16, 2, 4
+  ids = [rng.integers(0, 12, 40 if not dense else samples) * (vocabulary // 50)
+         for _ in range(2)]
+  rows = [np.sort(rng.integers(0, samples, x.size)) if not dense else
+          np.arange(samples) for x in ids]
+  rotation, first = [0, 1], [0, vocabulary]
+  runs, distinct = fused_ops.id_counts(
+      [tf.constant(x) for x in ids],
+      [None if dense else tf.constant(r) for r in rows], stacks=1,
+      cores=cores, partitions=parts, count_distinct=True,
+      feature_names=["x", "y"], stack=[0, 0], vocabulary=[vocabulary] * 2,
+      rotation=rotation, sizes=[samples] * 2, first_id=first)
+  want_runs = np.zeros(cores * parts, np.int64)
+  cells = [set() for _ in range(cores * parts)]
+  for f in range(2):
+    for x, sample in set(zip(ids[f].tolist(), rows[f].tolist())):
+      cell = sample // (samples // cores) * parts + (x + rotation[f]) % parts
+      want_runs[cell] += 1
+      cells[cell].add(x + first[f])
+  np.testing.assert_array_equal(runs.numpy(), want_runs[None])
+  np.testing.assert_array_equal(distinct.numpy(),
+                                [[len(c) for c in cells]])
+  assert distinct.numpy().sum() < runs.numpy().sum()  # repeated ids
 
 
 def test_ids_outside_the_vocabulary_raise_naming_the_feature_under_limits():

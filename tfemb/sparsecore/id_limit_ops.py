@@ -11,8 +11,8 @@ here, with vectorised ops, so that no Python runs in the step:
   `tf.unique` on `sample * vocabulary + id` first, per feature;
 * the cells' ids, and their distinct ids where a limit on those can be
   reached, by one op of the fused kernels (`TfembIdCounts`,
-  `tfemb/kernels/src/id_counts.cc`: one pass over the ids, a hash insert
-  per id for the distinct ones) where they are built; otherwise
+  `tfemb/kernels/src/id_counts.cc`: one pass over the ids, an insert per
+  id into a set for the distinct ones) where they are built; otherwise
   TensorFlow's ops:
   - the cells' ids: per feature, a segment sum over (SparseCore, id mod
     N), rotated by a static gather and added into its stacked table's (a
@@ -32,10 +32,11 @@ here, with vectorised ops, so that no Python runs in the step:
   (table, id, then input order): the first ones are kept.
 
 A batch over a limit fails with the first failure in the order
-`id_counting.plan` checks and its message: `LimitError` eagerly, in a graph
-an `InvalidArgumentError` from `tf.debugging.Assert` (which escapes the
-quotes: `Stacked table \\'t\\'`), which the step's activations and writes
-wait for (its lookups only read, beside it).
+`id_counting.plan` checks and its message: `LimitError` eagerly; in a graph
+an `InvalidArgumentError` from `TfembIdCounts` itself, or without the fused
+kernels from `tf.debugging.Assert` (which escapes the quotes: `Stacked
+table \\'t\\'`). The step's activations and writes wait for the check; its
+lookups only read, beside it.
 """
 
 from typing import Callable, List, Optional, Sequence, Tuple
@@ -146,8 +147,15 @@ class IdLimitOps:
       id_counting.LimitError: eagerly, for a batch over a limit.
     """
     feats = [self._features[i] for i in indices]
+    # In a graph, TfembIdCounts fails the batch itself, so the check is one
+    # op: the tf.cond that words the message in TensorFlow's ops costs the
+    # step more than the count (TensorFlow inlines its branches into the
+    # step's graph, whose executor visits every one of their ops at every
+    # step).
+    checked_by_kernel = self._fused and not tf.executing_eagerly()
     if self._fused:  # the batch's cells only where ids may be dropped
-      runs, unique = self._counted(indices, feats, ids, samples)
+      runs, unique = self._counted(indices, feats, ids, samples,
+                                   checked_by_kernel)
       batch = lambda: id_cells.Batch(self, feats, ids, samples)
     else:
       cells = id_cells.Batch(self, feats, ids, samples)
@@ -160,6 +168,21 @@ class IdLimitOps:
     # 8) exactly where a run does not fit.
     used = tf.reduce_sum(padded(), axis=1, keepdims=True) if overflow else None
     dropping = self._limits.allow_id_dropping and overflow
+    ok = runs if checked_by_kernel else self._check(runs, unique, padded,
+                                                    used, overflow)
+    payloads = [list(p) for p in payloads]
+    if not dropping:  # the ids as they are: lookups may read beside the check
+      return payloads, ok
+    with tf.control_dependencies([] if ok is None else [ok]):
+      cond = _cond if ok is None else tf.cond
+      return cond(tf.reduce_any(used[:, 0] > self._capacity),
+                  lambda: self._dropped(batch(), runs, padded(), payloads,
+                                        on_drop),
+                  lambda: payloads), ok
+
+  def _check(self, runs, unique, padded, used, overflow):
+    """The check as TensorFlow's ops: None eagerly (raises `LimitError`),
+    else a tensor that fails where the batch does."""
     checked = [(runs, self._max_ids)]
     if unique is not None:
       checked.append((unique, self._max_unique))
@@ -175,25 +198,27 @@ class IdLimitOps:
     if tf.executing_eagerly():
       if bool(failed):
         raise id_counting.LimitError(message().numpy().decode())
-      ok = None
-    else:
-      def fail():
-        with tf.control_dependencies(
-            [tf.debugging.Assert(False, [message()])]):
-          return tf.constant(True)
-      ok = tf.cond(failed, fail, lambda: tf.constant(True))
-    payloads = [list(p) for p in payloads]
-    if not dropping:  # the ids as they are: lookups may read beside the check
-      return payloads, ok
-    with tf.control_dependencies([] if ok is None else [ok]):
-      cond = _cond if ok is None else tf.cond
-      return cond(tf.reduce_any(used[:, 0] > self._capacity),
-                  lambda: self._dropped(batch(), runs, padded(), payloads,
-                                        on_drop),
-                  lambda: payloads), ok
+      return None
 
-  def _counted(self, indices, feats, ids, samples):
-    """`(runs, distinct or None)` by TfembIdCounts."""
+    def fail():
+      with tf.control_dependencies(
+          [tf.debugging.Assert(False, [message()])]):
+        return tf.constant(True)
+
+    return tf.cond(failed, fail, lambda: tf.constant(True))
+
+  def _counted(self, indices, feats, ids, samples, check: bool):
+    """`(runs, distinct or None)` by TfembIdCounts; with `check`, it fails
+    a batch over the limits."""
+    limits = {}
+    if check:
+      limits = dict(
+          limit_names=[repr(s) for s in self.names],
+          max_ids=self._max_ids.tolist(), max_unique=self._max_unique.tolist(),
+          capacity=self._capacity.tolist(), stack_samples=self._samples,
+          max_ids_per_chip_per_sample=(
+              self._limits.max_ids_per_chip_per_sample),
+          allow_id_dropping=self._limits.allow_id_dropping)
     runs, unique = fused_ops.id_counts(
         ids, samples, stacks=len(self.names),
         cores=self.cores, partitions=self.n,
@@ -203,7 +228,7 @@ class IdLimitOps:
         vocabulary=[f.vocabulary for f in feats],
         rotation=[f.rotation for f in feats],
         sizes=[f.samples for f in feats],
-        first_id=[f.first_id for f in feats])
+        first_id=[f.first_id for f in feats], **limits)
     return runs, unique if self._unique_reachable else None
 
   def _runs(self, batch: id_cells.Batch) -> tf.Tensor:

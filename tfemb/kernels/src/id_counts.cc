@@ -2,9 +2,11 @@
 // each (stacked table, SparseCore of the chip, partition) cell of a
 // SparseCore gets (tfemb/sparsecore/id_limit_ops.py says what is counted,
 // tfemb/sparsecore/id_counting.py in NumPy). One pass over the ids, then
-// for the distinct ones a hash insert per id into a set of one
+// for the distinct ones an insert per id into a set of one
 // SparseCore's ids or one cell's, in place of the dozen ops per feature and
-// the tf.unique per table that compute the same counts.
+// the tf.unique per table that compute the same counts. Given the limits,
+// it also fails a batch over them with id_counting.plan's message, so that
+// a step's check is this op alone.
 
 #include <algorithm>
 #include <cstdint>
@@ -73,6 +75,37 @@ class KeySet {
   std::vector<int64_t> keys_;  // -1: empty
 };
 
+// A set of keys in [0, span) as a bitmap, with no branch on whether a key
+// is new: repeats are about as likely as new keys, so a branch on it
+// mispredicts at every other id, which costs more than the insert. Emptied
+// by clearing the words it set.
+class Bitmap {
+ public:
+  explicit Bitmap(int64_t span) : bits_((span + 63) / 64, 0) {}
+
+  // Empties the set for up to `n` keys.
+  void Reset(int64_t n) {
+    for (int64_t k = 0; k < touched_; ++k) bits_[words_[k]] = 0;
+    touched_ = 0;
+    if (static_cast<int64_t>(words_.size()) < n) words_.resize(n);
+  }
+
+  // Whether `key` was new.
+  bool Insert(int64_t key) {
+    uint64_t& word = bits_[key >> 6];
+    const uint64_t old = word, bit = uint64_t{1} << (key & 63);
+    words_[touched_] = key >> 6;  // kept where the word was empty
+    touched_ += old == 0;
+    word = old | bit;
+    return !(old & bit);
+  }
+
+ private:
+  std::vector<uint64_t> bits_;
+  std::vector<int64_t> words_;  // the first touched_: the words set
+  int64_t touched_ = 0;
+};
+
 // `x / d` and `x mod d` for x >= 0, by a shift and a mask where d is a
 // power of two (a 64-bit division takes tens of cycles: most of a count).
 class Divisor {
@@ -101,11 +134,16 @@ absl::Status CheckRange(const std::string& feature, const char* what,
                         const Tensor& t, int64_t bound, const char* bound_is) {
   const int64_t* x = t.flat<int64_t>().data();
   const int64_t count = t.NumElements();
-  bool outside = false;
-  for (int64_t i = 0; i < count; ++i) {  // negative: a large unsigned value
-    outside |= static_cast<uint64_t>(x[i]) >= static_cast<uint64_t>(bound);
+  // The sign bit of x | (bound - 1 - x) is set exactly where x < 0 or
+  // x >= bound: or-ed over the values, a loop the compiler vectorizes.
+  // (In unsigned arithmetic, where a wrap is defined.)
+  const uint64_t last = static_cast<uint64_t>(bound) - 1;
+  uint64_t outside = bound > 0 || count == 0 ? 0 : ~uint64_t{0};
+  for (int64_t i = 0; i < count; ++i) {
+    const uint64_t v = static_cast<uint64_t>(x[i]);
+    outside |= v | (last - v);
   }
-  if (!outside) return absl::OkStatus();
+  if (!(outside >> 63)) return absl::OkStatus();
   int64_t i = 0;
   while (static_cast<uint64_t>(x[i]) < static_cast<uint64_t>(bound)) ++i;
   return absl::InvalidArgumentError(absl::StrCat(
@@ -172,8 +210,9 @@ void CountIds(const Feature f, const Divisor partition_of,
 // count `runs`: the places laid out cell by cell, then a set per cell,
 // small enough for L1 (one set over the whole batch would miss the cache
 // at every insert).
+template <typename Set>
 void CountDistinct(const Counted& counted, const int64_t* runs, int64_t cells,
-                   int64_t* d) {
+                   Set* seen, int64_t* d) {
   std::vector<int64_t> start(cells + 1, 0);
   for (int64_t c = 0; c < cells; ++c) start[c + 1] = start[c] + runs[c];
   std::vector<int64_t> next(start.begin(), start.end() - 1);
@@ -181,12 +220,11 @@ void CountDistinct(const Counted& counted, const int64_t* runs, int64_t cells,
   for (size_t k = 0; k < counted.place.size(); ++k) {
     by_cell[next[counted.cell[k]]++] = counted.place[k];
   }
-  KeySet seen;
   for (int64_t c = 0; c < cells; ++c) {
-    seen.Reset(runs[c]);
+    seen->Reset(runs[c]);
     int64_t distinct = 0;
     for (int64_t k = start[c]; k < start[c + 1]; ++k) {
-      distinct += seen.Insert(by_cell[k]);
+      distinct += seen->Insert(by_cell[k]);
     }
     d[c] = distinct;
   }
@@ -197,28 +235,94 @@ void CountDistinct(const Counted& counted, const int64_t* runs, int64_t cells,
 // samples are a block of each feature's ids, counted with a set of the
 // ids' places among their stack's (a place is in one partition) that stays
 // in L1 or L2, where one set over the batch would miss at every insert.
+template <typename Set>
 void CountDistinctDense(const std::vector<Feature>& features, int64_t stack,
-                        int64_t core, const Divisor partition_of,
+                        int64_t core, const Divisor partition_of, Set* seen,
                         int64_t* d) {
   int64_t size = 0;
   for (const Feature& f : features) {
     if (f.stack == stack) size += f.per_core;
   }
   if (size == 0) return;
-  KeySet seen;
-  seen.Reset(size);
+  seen->Reset(size);
   for (const Feature& f : features) {
     if (f.stack != stack) continue;
     const int64_t end = std::min(f.count, (core + 1) * f.per_core);
     int64_t* cells = d + f.first_cell + core * f.partitions;
     for (int64_t i = core * f.per_core; i < end; ++i) {
       const int64_t id = f.ids[i];
-      if (seen.Insert(id + f.first_id)) {
-        ++cells[partition_of.Remainder(id + f.rotation)];
-      }
+      cells[partition_of.Remainder(id + f.rotation)] +=
+          seen->Insert(id + f.first_id);
     }
   }
 }
+
+// A SparseCoreEmbeddingConfig's limits per stacked table, as
+// id_counting.plan checks them (its messages, word for word).
+struct Limits {
+  std::vector<std::string> names;  // Python's repr of each stacked table's
+  std::vector<int64_t> max_ids, max_unique, capacity, samples;
+  int64_t per_sample = 0;  // max_ids_per_chip_per_sample
+  bool allow_id_dropping = false;
+
+  // The first failure in plan's order (stack by stack: its cells' ids and
+  // distinct ids, its buffer's size, its buffer), given each cell's ids
+  // `r` and distinct ids `d` (nullptr: not counted, as no limit on them
+  // can be reached before one on the ids).
+  absl::Status Check(const int64_t* r, const int64_t* d, int64_t cores,
+                     int64_t partitions) const {
+    constexpr int64_t kPad = 8;
+    const int64_t row = cores * partitions;
+    for (size_t k = 0; k < names.size(); ++k) {
+      const std::string& name = names[k];
+      for (int64_t cell = 0; cell < row; ++cell) {
+        const int64_t i = k * row + cell;
+        for (const bool distinct : {false, true}) {
+          const int64_t count = distinct ? (d ? d[i] : 0) : r[i];
+          const int64_t limit = distinct ? max_unique[k] : max_ids[k];
+          if (count <= limit) continue;
+          const int64_t core = cell / partitions, part = cell % partitions;
+          const char* what = distinct ? "unique ids" : "ids";
+          return absl::InvalidArgumentError(absl::StrCat(
+              "Stacked table ", name, ": SparseCore ", core,
+              " of the chip sends ", count, " ", what, " to partition ",
+              part, " (SparseCore ", part, " of the TPU), over the limit of ",
+              limit, " (max_", distinct ? "unique_ids" : "ids",
+              "_per_table[", name, "] of the SparseCoreEmbeddingConfig; "
+              "256 when not given)."));
+        }
+      }
+      if (capacity[k] % kPad) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Stacked table ", name, ": max_ids_per_chip_per_sample x "
+            "samples = ", capacity[k], " is not a multiple of ", kPad, "."));
+      }
+      if (allow_id_dropping) continue;
+      // The chip's runs fill the buffer in cell order, each padded to 8;
+      // `kept` is what a buffer that drops would keep.
+      int64_t filled = 0, total = 0, kept = 0;
+      bool full = false;
+      for (int64_t cell = 0; cell < row; ++cell) {
+        const int64_t run = r[k * row + cell];
+        const int64_t taken = std::min(run, capacity[k] - filled);
+        full |= run > taken;
+        total += run;
+        kept += taken;
+        filled = std::min(capacity[k],
+                          (filled + taken + kPad - 1) / kPad * kPad);
+      }
+      if (full) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Stacked table ", name, ": the chip's ", total,
+            " ids do not fit in its buffer of ", capacity[k],
+            " (max_ids_per_chip_per_sample ", per_sample, " x ", samples[k],
+            " samples, each partition's ids padded to a multiple of ", kPad,
+            "); allow_id_dropping would drop ", total - kept, " of them."));
+      }
+    }
+    return absl::OkStatus();
+  }
+};
 
 class IdCountsOp : public OpKernel {
  public:
@@ -233,6 +337,15 @@ class IdCountsOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("rotation", &rotation_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("sizes", &samples_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("first_id", &first_id_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("limit_names", &limits_.names));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("max_ids", &limits_.max_ids));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("max_unique", &limits_.max_unique));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("capacity", &limits_.capacity));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("stack_samples", &limits_.samples));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("max_ids_per_chip_per_sample",
+                                     &limits_.per_sample));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("allow_id_dropping",
+                                     &limits_.allow_id_dropping));
     const size_t n = names_.size();
     OP_REQUIRES(ctx, ctx->num_inputs() == static_cast<int>(2 * n),
                 absl::InvalidArgumentError(absl::StrCat(
@@ -251,6 +364,27 @@ class IdCountsOp : public OpKernel {
                 absl::InvalidArgumentError(absl::StrCat(
                     stacks_ * cores_ * partitions_,
                     " cells; at most 2^31 - 1")));
+    const size_t limited = limits_.names.size();
+    OP_REQUIRES(ctx, limited == 0 || limited == static_cast<size_t>(stacks_),
+                absl::InvalidArgumentError(absl::StrCat(
+                    limited, " limit_names for ", stacks_,
+                    " stacks; expected none (no check) or one per stack")));
+    OP_REQUIRES(ctx, limits_.max_ids.size() == limited &&
+                         limits_.max_unique.size() == limited &&
+                         limits_.capacity.size() == limited &&
+                         limits_.samples.size() == limited,
+                absl::InvalidArgumentError(
+                    "max_ids, max_unique, capacity and stack_samples need "
+                    "one entry per limit_names entry"));
+    for (size_t k = 0; k < limited; ++k) {
+      // Where a distinct-id limit is under the ids', the counts must tell.
+      OP_REQUIRES(ctx, count_distinct_ ||
+                           limits_.max_unique[k] >= limits_.max_ids[k],
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "Stacked table ", limits_.names[k], ": max_unique ",
+                      limits_.max_unique[k], " under max_ids ",
+                      limits_.max_ids[k], " needs count_distinct")));
+    }
     for (size_t f = 0; f < n; ++f) {
       OP_REQUIRES(
           ctx, stack_[f] >= 0 && stack_[f] < stacks_ && vocabulary_[f] >= 0 &&
@@ -350,14 +484,34 @@ class IdCountsOp : public OpKernel {
     int64_t* r = runs->flat<int64_t>().data();
     std::fill(r, r + cells, 0);
     for (size_t k = 0; k < copies.size(); ++k) r[k % cells] += copies[k];
-    if (count_distinct_ && dense) {
-      for (int64_t stack = 0; stack < stacks_; ++stack) {
-        for (int64_t core = 0; core < cores_; ++core) {
-          CountDistinctDense(features, stack, core, partition_of, d);
+    // The distinct places, in one set reused cell by cell (or SparseCore by
+    // SparseCore): a Bitmap where its words are no more than 4 a key (its
+    // zeroing costs no more than the keys), else a KeySet.
+    int64_t span = 0;  // the places' bound
+    for (const Feature& f : features) {
+      span = std::max(span, f.first_id + f.vocabulary);
+    }
+    auto count_distinct = [&](auto* seen) {
+      if (dense) {
+        for (int64_t stack = 0; stack < stacks_; ++stack) {
+          for (int64_t core = 0; core < cores_; ++core) {
+            CountDistinctDense(features, stack, core, partition_of, seen, d);
+          }
         }
+      } else {
+        CountDistinct(counted, r, cells, seen, d);
       }
+    };
+    if (count_distinct_ && span <= 256 * total) {
+      Bitmap seen(span);
+      count_distinct(&seen);
     } else if (count_distinct_) {
-      CountDistinct(counted, r, cells, d);
+      KeySet seen;
+      count_distinct(&seen);
+    }
+    if (!limits_.names.empty()) {
+      OP_REQUIRES_OK(ctx, limits_.Check(r, count_distinct_ ? d : nullptr,
+                                        cores_, partitions_));
     }
   }
 
@@ -366,6 +520,7 @@ class IdCountsOp : public OpKernel {
   bool count_distinct_;
   std::vector<std::string> names_;
   std::vector<int64_t> stack_, vocabulary_, rotation_, samples_, first_id_;
+  Limits limits_;
 };
 
 }  // namespace
@@ -389,6 +544,19 @@ REGISTER_OP("TfembIdCounts")
     .Attr("rotation: list(int)")
     .Attr("sizes: list(int)")
     .Attr("first_id: list(int)")
+    // Per stacked table, its limits (none: the counts are not checked): its
+    // name as Python's repr gives it, max_ids_per_table, its
+    // max_unique_ids_per_table and its chip's buffer (in ids), its samples.
+    .Attr("limit_names: list(string) = []")
+    .Attr("max_ids: list(int) = []")
+    .Attr("max_unique: list(int) = []")
+    .Attr("capacity: list(int) = []")
+    .Attr("stack_samples: list(int) = []")
+    .Attr("max_ids_per_chip_per_sample: int = 0")
+    .Attr("allow_id_dropping: bool = false")
+    // A check, as tf.debugging.Assert is: Grappler must neither fold it
+    // nor drop it where only control edges read it.
+    .SetIsStateful()
     .SetShapeFn(IdCountsShape);
 
 REGISTER_KERNEL_BUILDER(Name("TfembIdCounts").Device(DEVICE_CPU), IdCountsOp);
