@@ -742,14 +742,14 @@ def test_the_fused_count_of_distinct_ids_over_any_vocabulary(vocabulary,
       cores=cores, partitions=parts, count_distinct=True,
       feature_names=["x", "y"], stack=[0, 0], vocabulary=[vocabulary] * 2,
       rotation=rotation, sizes=[samples] * 2, first_id=first)
-  want_runs = np.zeros(cores * parts, np.int64)
+  per_cell = np.zeros(cores * parts, np.int64)
   cells = [set() for _ in range(cores * parts)]
   for f in range(2):
     for x, sample in set(zip(ids[f].tolist(), rows[f].tolist())):
       cell = sample // (samples // cores) * parts + (x + rotation[f]) % parts
-      want_runs[cell] += 1
+      per_cell[cell] += 1
       cells[cell].add(x + first[f])
-  np.testing.assert_array_equal(runs.numpy(), want_runs[None])
+  np.testing.assert_array_equal(runs.numpy(), per_cell[None])
   np.testing.assert_array_equal(distinct.numpy(),
                                 [[len(c) for c in cells]])
   assert distinct.numpy().sum() < runs.numpy().sum()  # repeated ids
