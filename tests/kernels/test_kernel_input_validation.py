@@ -146,15 +146,13 @@ CASES = {
         lambda: counts([ids(1)], stacks=2**20, partitions=2**10), []),
     "counts_limits_of_other_stacks": (
         lambda: counts([ids(1)], limit_names=["'t'", "'u'"], max_ids=[8, 8],
-                       max_unique=[8, 8], capacity=[8, 8],
-                       stack_samples=[4, 4]), []),
+                       max_unique=[8, 8], stack_samples=[4, 4]), []),
     "counts_limits_lists_mismatch": (
         lambda: counts([ids(1)], limit_names=["'t'"], max_ids=[8],
-                       max_unique=[8], capacity=[], stack_samples=[4]), []),
+                       max_unique=[8], stack_samples=[]), []),
     "counts_unique_limit_not_counted": (
         lambda: counts([ids(1)], count_distinct=False, limit_names=["'t'"],
-                       max_ids=[8], max_unique=[2], capacity=[8],
-                       stack_samples=[4]), []),
+                       max_ids=[8], max_unique=[2], stack_samples=[4]), []),
     # TfembRowGradients
     "row_gradients_vector_gradients": (
         lambda: row_gradients(tf.ones([2]), ids(0, 0), ids(1)), []),

@@ -215,7 +215,7 @@ class IdLimitOps:
       limits = dict(
           limit_names=[repr(s) for s in self.names],
           max_ids=self._max_ids.tolist(), max_unique=self._max_unique.tolist(),
-          capacity=self._capacity.tolist(), stack_samples=self._samples,
+          stack_samples=self._samples,
           max_ids_per_chip_per_sample=(
               self._limits.max_ids_per_chip_per_sample),
           allow_id_dropping=self._limits.allow_id_dropping)

@@ -261,9 +261,12 @@ void CountDistinctDense(const std::vector<Feature>& features, int64_t stack,
 // id_counting.plan checks them (its messages, word for word).
 struct Limits {
   std::vector<std::string> names;  // Python's repr of each stacked table's
-  std::vector<int64_t> max_ids, max_unique, capacity, samples;
+  std::vector<int64_t> max_ids, max_unique, samples;
   int64_t per_sample = 0;  // max_ids_per_chip_per_sample
   bool allow_id_dropping = false;
+  // Each stacked table's buffer on a chip: per_sample x its samples (of
+  // the chip's SparseCores, cores x samples / cores).
+  std::vector<int64_t> capacity;
 
   // The first failure in plan's order (stack by stack: its cells' ids and
   // distinct ids, its buffer's size, its buffer), given each cell's ids
@@ -340,7 +343,6 @@ class IdCountsOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("limit_names", &limits_.names));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("max_ids", &limits_.max_ids));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("max_unique", &limits_.max_unique));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("capacity", &limits_.capacity));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("stack_samples", &limits_.samples));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("max_ids_per_chip_per_sample",
                                      &limits_.per_sample));
@@ -371,12 +373,13 @@ class IdCountsOp : public OpKernel {
                     " stacks; expected none (no check) or one per stack")));
     OP_REQUIRES(ctx, limits_.max_ids.size() == limited &&
                          limits_.max_unique.size() == limited &&
-                         limits_.capacity.size() == limited &&
                          limits_.samples.size() == limited,
                 absl::InvalidArgumentError(
-                    "max_ids, max_unique, capacity and stack_samples need "
-                    "one entry per limit_names entry"));
+                    "max_ids, max_unique and stack_samples need one entry "
+                    "per limit_names entry"));
     for (size_t k = 0; k < limited; ++k) {
+      limits_.capacity.push_back(limits_.per_sample *
+                                 (limits_.samples[k] / cores_) * cores_);
       // Where a distinct-id limit is under the ids', the counts must tell.
       OP_REQUIRES(ctx, count_distinct_ ||
                            limits_.max_unique[k] >= limits_.max_ids[k],
@@ -546,11 +549,10 @@ REGISTER_OP("TfembIdCounts")
     .Attr("first_id: list(int)")
     // Per stacked table, its limits (none: the counts are not checked): its
     // name as Python's repr gives it, max_ids_per_table, its
-    // max_unique_ids_per_table and its chip's buffer (in ids), its samples.
+    // max_unique_ids_per_table, its samples.
     .Attr("limit_names: list(string) = []")
     .Attr("max_ids: list(int) = []")
     .Attr("max_unique: list(int) = []")
-    .Attr("capacity: list(int) = []")
     .Attr("stack_samples: list(int) = []")
     .Attr("max_ids_per_chip_per_sample: int = 0")
     .Attr("allow_id_dropping: bool = false")
