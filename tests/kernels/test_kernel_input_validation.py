@@ -66,6 +66,14 @@ def apply(table, slots, id_tensor, grads, lr, attrs=SGD, **kw):
       **dict(attrs, **kw))
 
 
+def restore(table, slots, id_list, undo, keep=False, **kw):
+  """TfembRestoreRows of parts `id_list` (tables "t", "u")."""
+  kw.setdefault("table_names", ["t", "u"][:len(id_list)])
+  return lib.tfemb_restore_rows(
+      parameters=table.handle, slots=[s.handle for s in slots], ids=id_list,
+      undo=undo, keep=tf.constant(keep), **kw)
+
+
 def row_gradients(grads, positions, unique):
   return lib.tfemb_row_gradients(gradients=grads, positions=positions,
                                  unique_ids=unique, table_name="t",
@@ -217,6 +225,34 @@ CASES = {
                                          rule="Nope"), [T]),
     "apply_clip_bounds": (lambda: apply(T, [], ids(0, 1), G2, LR,
                                         clip_gradient=[1.0]), [T]),
+    # TfembRestoreRows
+    "restore_vector_keep": (
+        lambda: restore(T, [], [ids(0, 1)], G2, keep=[False, False]), [T]),
+    "restore_undo_rows_mismatch": (
+        lambda: restore(T, [], [ids(0, 1, 2)], G2), [T]),
+    "restore_second_part_rows_mismatch": (
+        lambda: restore(T, [], [ids(0), ids(1)], tf.ones([1, 2])), [T]),
+    "restore_undo_vector": (lambda: restore(T, [], [ids(0, 1)], tf.ones([2])),
+                            [T]),
+    "restore_undo_vector_in_function": (
+        lambda: in_function(lambda u: restore(T, [], [ids(0, 1)], u),
+                            tf.ones([4])), [T]),
+    "restore_undo_of_other_width": (
+        lambda: restore(T, [], [ids(0, 1)], tf.ones([2, 3])), [T]),
+    "restore_undo_width_not_per_variable": (
+        lambda: restore(T, [S], [ids(0, 1)], tf.ones([2, 3])), [T, S]),
+    "restore_slot_of_other_rows": (
+        lambda: restore(T, [SHORT], [ids(0, 1)], tf.ones([2, 4])),
+        [T, SHORT]),
+    "restore_id_out_of_range": (
+        lambda: restore(T, [], [ids(0, 6)], G2), [T]),
+    "restore_negative_id": (lambda: restore(T, [], [ids(-1)], tf.ones([1, 2])),
+                            [T]),
+    "restore_ids_matrix": (
+        lambda: restore(T, [], [tf.zeros([2, 1], tf.int64)], G2), [T]),
+    "restore_int_table": (lambda: restore(I32, [], [ids(0, 1)], G2), [I32]),
+    "restore_names_count": (
+        lambda: restore(T, [], [ids(0), ids(1)], G2, table_names=["t"]), [T]),
     # TfembReadColumns
     "read_columns_beyond_width": (
         lambda: lib.tfemb_read_columns(table=T.handle, begin=1, width=2),
@@ -346,8 +382,8 @@ def results():
 def test_the_cases_cover_every_op_with_inputs():
   names = _case_names()
   assert len(names) == len(set(names)) >= 40
-  for op in ("gather", "counts", "row_gradients", "apply", "read_columns",
-             "write_columns", "split_columns"):
+  for op in ("gather", "counts", "row_gradients", "apply", "restore",
+             "read_columns", "write_columns", "split_columns"):
     assert any(n.startswith(op + "_") for n in names), op
 
 
@@ -388,6 +424,9 @@ traced = {
         lambda: lib.tfemb_write_columns(table=T.handle, value=tf.ones([1, 2]),
                                         row=ids(0), begin=0)
     ).get_concrete_function(),
+    "restore_undo": lambda: tf.function(
+        lambda: restore(T, [], [ids(0, 1)], tf.ones([4]))
+    ).get_concrete_function(),
 }
 for name, trace in traced.items():
   try:
@@ -403,7 +442,7 @@ for name, trace in traced.items():
   if any(r["case"] == "__build__" for r in records):
     pytest.skip("the fused kernels cannot be built here (no C++ compiler)")
   assert done.returncode == 0, done.stderr[-2000:]
-  assert len(records) == 5, done.stderr[-2000:]
+  assert len(records) == 6, done.stderr[-2000:]
   for r in records:
     assert r["error"] is not None, r["case"]
     assert r["error"][0] == "ValueError", r

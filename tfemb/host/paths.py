@@ -8,7 +8,7 @@ and those built on them above the host engine (`TPUEmbeddingV2`'s
 """
 
 import abc
-from typing import Any, Callable, List, NamedTuple, Sequence, Tuple
+from typing import Any, Callable, List, NamedTuple, Sequence, Tuple, Union
 
 import tensorflow as tf
 
@@ -27,6 +27,14 @@ class Pending(NamedTuple):
   """A table's update, computed but not written."""
   finite: tf.Tensor  # every new value of the table and its slots is finite
   write: Callable[[], Any]  # writes it
+
+
+class InPlace(NamedTuple):
+  """A table's update written in place as it was computed (the fused
+  kernels: each update computed once), where every new value of the table
+  and its slots is finite; else nothing changed."""
+  finite: tf.Tensor  # the update was finite, and written
+  restore: Callable[[tf.Tensor], Any]  # restore(keep): taken back unless keep
 
 
 class TablePath(abc.ABC):
@@ -69,10 +77,13 @@ class TablePath(abc.ABC):
 
   @abc.abstractmethod
   def prepare(self, batch, ids: tf.Tensor, grads: tf.Tensor, lr: tf.Tensor,
-              global_batch: bool, staged: Any = None) -> Pending:
+              global_batch: bool, staged: Any = None
+              ) -> Union[Pending, InPlace]:
     """The table's optimizer on rows `ids` with learning rate `lr`
     (`global_batch`: the ids are the global batch's, not this batch's),
     computed from the rows as they are now (under the step's lock,
-    `step.NonFinitePolicy.serialized`): whether the new rows and slots are
-    finite, and the function that writes them. Writes nothing. `staged`
-    is what `stage` returned for `ids` and `grads`."""
+    `step.NonFinitePolicy.serialized`): a `Pending`, whether the new rows
+    and slots are finite and the function that writes them, writing
+    nothing; or an `InPlace`, written already where finite, which the step
+    takes back if another of its updates is not. `staged` is what `stage`
+    returned for `ids` and `grads`."""

@@ -4,8 +4,8 @@
 `update_rules.apply` on them; `write_rows` scatters the results back
 (TensorFlow's resource gather and scatter ops, routed per shard for sharded
 tables). Non-lazy Adam, as on the TPU, updates every row instead. With the
-fused kernels, `tfemb.kernels` checks (`check_rows`) and applies
-(`apply_rows`) the update in place instead.
+fused kernels, `tfemb.kernels` applies the update in place instead
+(`apply_rows`, computing each row once, and `restore_rows`).
 """
 
 from typing import Dict, List

@@ -23,6 +23,7 @@ from tfemb.host import feeding
 from tfemb.host import sparse_update
 from tfemb.host import update_lock
 from tfemb.host import table_paths
+from tfemb.host.paths import InPlace
 from tfemb.host.paths import Member
 from tfemb.host.paths import Pending
 from tfemb.host.paths import TablePath
@@ -175,10 +176,10 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
   gradients or update are not finite is then skipped, uncounted, as Keras
   skips it, whatever the policy's mode.
 
-  Every check (inputs, gradients, learning rates) and every table's new
-  rows and slots come before the first write; the updates are read,
-  computed and written under `policy.serialized`, so concurrent steps on
-  one object lose no update.
+  Every check (inputs, gradients, learning rates) comes before the first
+  write, and a table's update stays only if every table's new rows and
+  slots are finite; the updates are read, computed and written under
+  `policy.serialized`, so concurrent steps on one object lose no update.
   """
   raising = policy.raising and not loss_scaled
   multi_replica = replicas.in_multi_replica_step()
@@ -245,28 +246,40 @@ def _commit(policy: "NonFinitePolicy", updates: Sequence[_TableUpdate],
             rates, more: Sequence[Update], checks, finite, raising: bool,
             counted: bool, global_batch: bool) -> tf.Tensor:
   """Under the policy's lock, once every check has passed: each table's
-  (and `more`'s) new rows and slots, their finiteness, and the writes, all
-  or none. Returns whether the step was written."""
+  (and `more`'s) update and its finiteness, all or none. A `Pending`
+  update is written once every update is known finite; an `InPlace` one,
+  written as it was computed, is taken back unless they all are, before
+  anything else of the step can see it (a refused step fails after that).
+  Returns whether the step was written."""
 
   def update():
     with tf.control_dependencies(checks):
-      pending = [u.path.prepare(u.batch, u.ids, u.grads, lr, global_batch,
-                                u.staged)
-                 for u, lr in zip(updates, rates)]
-      pending += [u.prepare() for u in more]
-    value_checks = policy.checks(
-        [p.finite for p in pending],
-        [u.path.table.name for u in updates] + [u.name for u in more]
-    ) if raising else []
+      prepared = [u.path.prepare(u.batch, u.ids, u.grads, lr, global_batch,
+                                 u.staged)
+                  for u, lr in zip(updates, rates)]
+      prepared += [u.prepare() for u in more]
+    ok = finite + [p.finite for p in prepared]
+    in_place = [p for p in prepared if isinstance(p, InPlace)]
+    keep = tf.reduce_all(ok) if in_place else None
+    restored = created_by(lambda: [p.restore(keep) for p in in_place])
+    with tf.control_dependencies(restored):
+      value_checks = policy.checks(
+          [p.finite for p in prepared],
+          [u.path.table.name for u in updates] + [u.name for u in more]
+      ) if raising else []
 
     def write():
-      with tf.control_dependencies(value_checks):
-        writes = created_by(lambda: [p.write() for p in pending])
+      with tf.control_dependencies(value_checks + restored):
+        writes = created_by(lambda: [p.write() for p in prepared
+                                     if isinstance(p, Pending)])
       with tf.control_dependencies(writes):
         return tf.constant(True)
 
-    return policy.run(finite + [p.finite for p in pending], write, raising,
-                      counted)
+    written = policy.run(ok, write, raising, counted)
+    if not restored:
+      return written
+    with tf.control_dependencies(restored):  # before the lock is released
+      return tf.identity(written)
 
   return policy.serialized(update)
 

@@ -5,7 +5,7 @@ same numbers:
 
 | path | when | lookup | row gradients | update |
 |---|---|---|---|---|
-| `FusedTable` | training steps of CPU tables (plain or mirrored) | one kernel: range check, dedup, gather | one kernel | one kernel, in place |
+| `FusedTable` | training steps of CPU tables (plain or mirrored) | one kernel: range check, dedup, gather | one kernel | one kernel, in place, all or nothing (taken back if another table's is not finite) |
 | `OpsTable` | direct lookups; tables on a GPU or parameter servers; non-lazy Adam; `Options(fused_kernels=False)` | `tf.unique` beside a resource gather (each id's row in training, each distinct row otherwise) | `scatter_nd` | gather, `update_rules`, scatter |
 
 A table whose rows are laid out as on a SparseCore (`TPUEmbeddingV2`'s,
@@ -17,13 +17,15 @@ Both derive from `tfemb.host.paths.TablePath`, the interface a step runs
 every table through (`lookup`, `feature_rows`, `row_gradients`, `prepare`).
 """
 
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import (Any, Callable, List, NamedTuple, Optional, Sequence, Tuple,
+                    Union)
 
 import tensorflow as tf
 
 from tfemb import validation
 from tfemb.host import sharded
 from tfemb.host import sparse_update
+from tfemb.host.paths import InPlace
 from tfemb.host.paths import Member
 from tfemb.host.paths import Pending
 from tfemb.host.paths import TablePath
@@ -156,11 +158,7 @@ class OpsTable(_Path):
     # and writes under one lock).
     if staged is not None:  # on the parameter servers holding the rows
       return Pending(*sharded.prepare(self.table, staged, lr))
-    values = sparse_update.new_rows(self.table, self.variables, ids, grads,
-                                    lr)
-    return Pending(all_finite(list(values.values())),
-                   lambda: sparse_update.write_rows(self.table, self.variables,
-                                                    ids, values))
+    return ops_update(self.table, self.variables, ids, grads, lr)
 
 
 class FusedTable(_Path):
@@ -187,18 +185,25 @@ class FusedTable(_Path):
     return grads, tf.constant(True) if raising else finite
 
   def prepare(self, batch: FusedBatch, ids, grads, lr, global_batch: bool,
-              staged: None = None) -> Pending:
+              staged: None = None) -> Union[Pending, InPlace]:
     del batch, global_batch, staged  # the kernels read the rows they update
     table, variables = self.table, self.variables
     sparse_update.optimizer_of(table)
-    finite = fused_ops.check_rows(table, variables, ids, grads, lr)
     if fused_ops.in_place_here(variables):
-      return Pending(finite, lambda: fused_ops.apply_rows(
-          table, variables, ids, grads, lr))
+      applied = fused_ops.apply_rows(table, variables, ids, grads, lr)
+      return InPlace(applied.finite, lambda keep: fused_ops.restore_rows(
+          table, variables, ids, applied, keep))
     # Several mirrored copies, outside a replica: TensorFlow's mirrored ops.
-    return Pending(finite, lambda: sparse_update.write_rows(
-        table, variables, ids,
-        sparse_update.new_rows(table, variables, ids, grads, lr)))
+    return ops_update(table, variables, ids, grads, lr)
+
+
+def ops_update(table, variables: TableVariables, ids, grads, lr) -> Pending:
+  """The update of rows `ids` with TensorFlow's ops: the new rows and slots
+  computed, checked, and written by the `Pending`'s write."""
+  values = sparse_update.new_rows(table, variables, ids, grads, lr)
+  return Pending(all_finite(list(values.values())),
+                 lambda: sparse_update.write_rows(table, variables, ids,
+                                                  values))
 
 
 def all_finite(values: Sequence[tf.Tensor]) -> tf.Tensor:

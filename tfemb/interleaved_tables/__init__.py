@@ -43,14 +43,14 @@ The layout, one module per idea:
 Its kernels are the fused kernels' entry points in `tfemb.kernels.fused_ops`
 that know the layout: `read_columns`, `write_columns`, `split_columns` and
 `rejoin_columns` (a view's eager reads, writes and checkpoint save), and
-`dedup_gather`, `apply_rows` and `check_rows`, which take the whole row of
+`dedup_gather`, `apply_rows` and `restore_rows`, which take the whole row of
 the storage behind a view (their `row_width` and `interleaved`
 attributes). Their C++ is in `tfemb/kernels/src/`: `column_split.cc`
 (and `column_split.h`) the save's split (`TfembSplitColumns`,
 `TfembRejoinColumns`); `read_write_columns.cc` the columns' reads and
-writes (`TfembReadColumns`, `TfembWriteColumns`); `dedup_gather.cc`,
-`apply_rows.cc` and `check_rows.cc` the whole-row lookup and update
-(`TfembDedupGather`, `TfembApplyRows`, `TfembCheckRows`).
+writes (`TfembReadColumns`, `TfembWriteColumns`); `dedup_gather.cc`
+and `apply_rows.cc` the whole-row lookup and update (`TfembDedupGather`,
+`TfembApplyRows`, `TfembRestoreRows`).
 """
 
 from tfemb.interleaved_tables.column_view import ColumnView

@@ -14,8 +14,7 @@ SOURCE_DIR = os.path.join(os.path.dirname(__file__), "src")
 # One file per kernel (or pair of kernels), with its op's registration; a
 # build compiles them as one translation unit (`compile_command`).
 SOURCES = [os.path.join(SOURCE_DIR, name) for name in (
-    "apply_rows.cc",          # TfembApplyRows
-    "check_rows.cc",          # TfembCheckRows
+    "apply_rows.cc",          # TfembApplyRows, TfembRestoreRows
     "column_split.cc",        # TfembSplitColumns, TfembRejoinColumns
     "dedup_gather.cc",        # TfembDedupGather
     "huge_pages.cc",          # TfembAdviseHugePages
@@ -26,7 +25,6 @@ SOURCES = [os.path.join(SOURCE_DIR, name) for name in (
 # What the sources include: part of the cache key and of the packaged
 # build's source digest (`source_texts`), as the sources are.
 HEADERS = [os.path.join(SOURCE_DIR, name) for name in (
-    "apply_rows.h",     # TfembApplyRows' kernel, which TfembCheckRows' extends
     "column_split.h",   # an interleaved table's rows put back after a save
     "huge_pages.h",     # tables backed by 2 MiB pages
     "input_checks.h",   # a variable checked before it is read as floats

@@ -14,9 +14,10 @@ below is one op per table, run by the build this process loaded
 * `row_gradients(grads, positions, unique_ids, ...)`: the summed gradient of
   each distinct row and whether it is finite (or raise, naming the table).
 * `apply_rows(table, variables, ids, grads, lr)`: the table's optimizer on
-  those rows, in place (docs/numerics.md, "The update"; lazy);
-  `check_rows(...)`, with the same arguments: whether it would leave them
-  and their slots finite, writing nothing.
+  those rows, in place (docs/numerics.md, "The update"; lazy), all or
+  nothing: whether the new rows and slots are finite (else nothing
+  changed), and the rows as they were; `restore_rows(...)` puts them back
+  when the step as a whole is not finite.
 * `read_columns`, `write_columns`, `split_columns`, `rejoin_columns`: an
   interleaved table's columns (`tfemb.interleaved_tables`), read, written,
   and saved without a second copy of the table.
@@ -39,7 +40,7 @@ rounds as it does.
 
 import dataclasses
 import math
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
 from tensorflow.python.framework import auto_control_deps_utils  # pylint: disable=g-direct-tensorflow-import
@@ -52,14 +53,13 @@ from tfemb import variable_view
 from tfemb.kernels import build
 
 for _op in ("TfembDedupGather", "TfembRowGradients", "TfembApplyRows",
-            "TfembCheckRows", "TfembIdCounts",
+            "TfembRestoreRows", "TfembIdCounts",
             "TfembWriteColumns", "TfembSplitColumns", "TfembRejoinColumns"):
   tf.no_gradient(_op)
-# A lookup, and the check of an update, only read their table (under a
-# shared lock): in a tf.function they are ordered only after the writes
-# before them, as TensorFlow's own ResourceGather.
-for _op in ("TfembDedupGather", "TfembCheckRows"):
-  auto_control_deps_utils.register_read_only_resource_op(_op)
+# A lookup only reads its table (under a shared lock): in a tf.function it
+# is ordered only after the writes before it, as TensorFlow's own
+# ResourceGather.
+auto_control_deps_utils.register_read_only_resource_op("TfembDedupGather")
 
 
 # The columns of an interleaved table's storage are the view's value
@@ -243,36 +243,50 @@ def update_attributes(opt) -> Dict[str, Any]:
           opt.multiply_weight_decay_factor_by_learning_rate))
 
 
-def _rows_op(op, table, variables, ids, grads, lr):
-  """`op` (TfembApplyRows or TfembCheckRows) on the table's rows `ids`.
-  The kernels take several parts (tables sharing one variable and
-  optimizer, disjoint rows); the engine gives each table a variable of its
-  own, so one part."""
-  opt = table.optimizer
+class Applied(NamedTuple):
+  """What `apply_rows` returns."""
+  finite: tf.Tensor  # bool scalar: the new rows and slots were all finite
+  undo: tf.Tensor  # the rows and slots as they were, for `restore_rows`
+
+
+def _variable_inputs(table, variables) -> Dict[str, Any]:
+  """The kernels' variable inputs and layout attribute for `table`'s
+  variables: the parameters, and each slot unless they sit beside the
+  parameters in one interleaved storage."""
   interleaved = bool(_row_width(variables["parameters"]))
   slots = [] if interleaved else [
-      _handle(variables[n]) for n in optimizers.identify(opt).slots]
-  return op(
-      parameters=_handle(variables["parameters"]), slots=slots,
-      ids=[ids], gradients=[grads], learning_rate=lr,
-      table_names=[table.name], interleaved=interleaved,
-      **update_attributes(opt))
+      _handle(variables[n])
+      for n in optimizers.identify(table.optimizer).slots]
+  return dict(parameters=_handle(variables["parameters"]), slots=slots,
+              interleaved=interleaved)
 
 
-def apply_rows(table, variables, ids, grads, lr):
-  """The optimizer of `table` on rows `ids` of its variables, in place.
+def apply_rows(table, variables, ids, grads, lr) -> Applied:
+  """The optimizer of `table` on rows `ids` of its variables, in place, all
+  or nothing: where a new value of a row or slot would not be finite,
+  every row is left as it was (`finite` False). Each update is computed
+  once; `undo` keeps the rows and slots as they were, so that
+  `restore_rows` can take the update back when another table of the step
+  is not finite.
 
   `variables`: the table's, by name ("parameters" and each slot's). When
   the parameters are a column view of an interleaved table, its storage
   holds the slots too: [rows, (1 + slots) x dim], the parameters first,
   then each slot in the optimizer's order.
   """
-  return _rows_op(_library().tfemb_apply_rows, table, variables, ids, grads,
-                  lr)
+  # The kernels take several parts (tables sharing one variable and
+  # optimizer, disjoint rows); the engine gives each table a variable of
+  # its own, so one part.
+  finite, undo = _library().tfemb_apply_rows(
+      ids=[ids], gradients=[grads], learning_rate=lr,
+      table_names=[table.name], **_variable_inputs(table, variables),
+      **update_attributes(table.optimizer))
+  return Applied(finite[0], undo)
 
 
-def check_rows(table, variables, ids, grads, lr) -> tf.Tensor:
-  """Whether `apply_rows` with these arguments would leave every touched
-  row of the table and its slots finite (a bool scalar); writes nothing."""
-  return _rows_op(_library().tfemb_check_rows, table, variables, ids, grads,
-                  lr)[0]
+def restore_rows(table, variables, ids, applied: Applied, keep):
+  """Unless `keep` (a bool scalar), the rows and slots `apply_rows` updated
+  as they were before it. With `keep` it reads and locks nothing."""
+  return _library().tfemb_restore_rows(
+      ids=[ids], undo=applied.undo, keep=keep, table_names=[table.name],
+      **_variable_inputs(table, variables))

@@ -1,5 +1,4 @@
-// The update TfembApplyRows makes, and TfembCheckRows tries in a scratch
-// copy, on a table's touched rows: clip g, the optimizer's rule (one
+// The update TfembApplyRows makes on a table's touched rows: clip g, the optimizer's rule (one
 // RuleRow specialization per declared optimizer), decoupled weight decay,
 // clip w (the TPU's update, docs/numerics.md). Templates, in a header, so
 // that each rule's loops are compiled for the row widths of WithWidth
@@ -14,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -166,20 +166,39 @@ inline void ClipRow(float* to, const float* from, float lo, float hi,
   for (int64_t d = 0; d < dim; ++d) to[d] = std::min(std::max(from[d], lo), hi);
 }
 
-// The whole pipeline on every touched row: clip g, rule, decay, clip w.
-// Row i of the parameters is at w + i * stride, of the slots at s0 and s1 +
-// i * stride: stride is dim for separate variables, or (1 + slots) x dim with
-// the slots beside the parameters in one variable (s0 = w + dim, ...).
+// Whether any of `n` floats is NaN or +-Inf, as a bit: both have every
+// exponent bit set. Integer ops, so that the loop vectorizes (a float sum
+// could not be reordered).
+inline uint32_t NonFinite(const float* x, int64_t n) {
+  uint32_t any = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof(bits));
+    any |= (bits & 0x7f800000u) == 0x7f800000u;
+  }
+  return any;
+}
+
+// The whole pipeline on every touched row: clip g, rule, decay, clip w, in
+// place. Row i of the parameters is at w + i * stride, of the slots at s0
+// and s1 + i * stride: stride is dim for separate variables, or (1 + slots)
+// x dim with the slots beside the parameters in one variable (s0 = w + dim,
+// ...). Before a row is written, its parameters and slots as they were go
+// to row r of `undo` ([u, (1 + slots) x dim]: parameters, slot 0, slot 1),
+// in the same pass, so that RestoreAll can put them back: each update is
+// computed once. Returns whether every new value is finite.
 // kDim: the row width compiled in (WithWidth), or 0 for `width` at run time.
 // ApplyAll, ApplyRule and FindRule are static: apply_rows.cc alone
 // instantiates them, and with internal linkage the compiler inlines each
 // ApplyAll into its ApplyRule (a function called once), as in one file.
 template <typename Rule, int64_t kDim>
-static void ApplyAll(const Update& p, const int64_t* ids, const float* grads,
+static bool ApplyAll(const Update& p, const int64_t* ids, const float* grads,
                      int64_t u, int64_t width, int64_t stride, float* w,
-                     float* s0, float* s1) {
+                     float* s0, float* s1, float* undo) {
   const int64_t dim = Width<kDim>(width);
-  std::vector<float> clipped(dim), old(dim);
+  const int64_t saved = (1 + (s0 != nullptr) + (s1 != nullptr)) * dim;
+  std::vector<float> clipped(dim);
+  uint32_t non_finite = 0;
   for (int64_t r = 0; r < u; ++r) {
     if (r + kPrefetchRows < u) {
       const int64_t ahead = ids[r + kPrefetchRows] * stride;
@@ -198,32 +217,68 @@ static void ApplyAll(const Update& p, const int64_t* ids, const float* grads,
       g = clipped.data();
     }
     float* wr = w + at;
-    if (p.decay != 0.0f) std::copy(wr, wr + dim, old.data());
+    float* old = undo + r * saved;  // the old parameters first
+    if (stride != dim) {
+      CopyRow(old, wr, stride);
+    } else {
+      CopyRow(old, wr, dim);
+      if (s0) CopyRow(old + dim, s0 + at, dim);
+      if (s1) CopyRow(old + 2 * dim, s1 + at, dim);
+    }
     RuleRow<Rule>(p, g, wr, s0 ? s0 + at : nullptr, s1 ? s1 + at : nullptr,
                    dim);
     if (p.decay != 0.0f) {
       const float decay = p.decay;
-      const float* o = old.data();
-      for (int64_t d = 0; d < dim; ++d) wr[d] = wr[d] - decay * o[d];
+      for (int64_t d = 0; d < dim; ++d) wr[d] = wr[d] - decay * old[d];
     }
     if (p.clip_w) ClipRow(wr, wr, p.clip_w_min, p.clip_w_max, dim);
+    if (stride != dim) {
+      non_finite |= NonFinite(wr, stride);
+    } else {
+      non_finite |= NonFinite(wr, dim);
+      if (s0) non_finite |= NonFinite(s0 + at, dim);
+      if (s1) non_finite |= NonFinite(s1 + at, dim);
+    }
+  }
+  return !non_finite;
+}
+
+// The rows ApplyAll updated put back from its `undo` (rows of `saved`
+// floats), last row first. With stride != dim a row of undo is the whole
+// row of one variable (the slots beside the parameters).
+inline void RestoreAll(const int64_t* ids, int64_t u, int64_t dim,
+                       int64_t stride, int64_t saved, const float* undo,
+                       float* w, float* s0, float* s1) {
+  for (int64_t r = u - 1; r >= 0; --r) {
+    const int64_t at = ids[r] * stride;
+    const float* old = undo + r * saved;
+    if (stride != dim) {
+      CopyRow(w + at, old, stride);
+    } else {
+      CopyRow(w + at, old, dim);
+      if (s0) CopyRow(s0 + at, old + dim, dim);
+      if (s1) CopyRow(s1 + at, old + 2 * dim, dim);
+    }
   }
 }
 
 // ApplyAll for `Rule`, its loops compiled for the row's width where
 // WithWidth has it.
 template <typename Rule>
-static void ApplyRule(const Update& p, const int64_t* ids, const float* grads,
+static bool ApplyRule(const Update& p, const int64_t* ids, const float* grads,
                       int64_t u, int64_t width, int64_t stride, float* w,
-                      float* s0, float* s1) {
+                      float* s0, float* s1, float* undo) {
+  bool finite = true;
   WithWidth(width, [&](auto k) {
-    ApplyAll<Rule, decltype(k)::value>(p, ids, grads, u, width, stride, w,
-                                       s0, s1);
+    finite = ApplyAll<Rule, decltype(k)::value>(p, ids, grads, u, width,
+                                                stride, w, s0, s1, undo);
   });
+  return finite;
 }
 
-using ApplyFn = void (*)(const Update&, const int64_t*, const float*,
-                         int64_t, int64_t, int64_t, float*, float*, float*);
+using ApplyFn = bool (*)(const Update&, const int64_t*, const float*,
+                         int64_t, int64_t, int64_t, float*, float*, float*,
+                         float*);
 
 // A rule as TfembApplyRows finds it by name among the declared ones.
 struct Rule {
