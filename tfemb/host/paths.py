@@ -75,6 +75,12 @@ class TablePath(abc.ABC):
     del ids, grads
     return None
 
+  def updates_in_place(self) -> bool:
+    """Whether `prepare` returns an `InPlace` here: the step then calls it
+    after every other update of the step is computed (a failing assert in
+    theirs stops the step before this one writes)."""
+    return False
+
   @abc.abstractmethod
   def prepare(self, batch, ids: tf.Tensor, grads: tf.Tensor, lr: tf.Tensor,
               global_batch: bool, staged: Any = None
@@ -84,6 +90,7 @@ class TablePath(abc.ABC):
     computed from the rows as they are now (under the step's lock,
     `step.NonFinitePolicy.serialized`): a `Pending`, whether the new rows
     and slots are finite and the function that writes them, writing
-    nothing; or an `InPlace`, written already where finite, which the step
-    takes back if another of its updates is not. `staged` is what `stage`
+    nothing; or, where `updates_in_place`, an `InPlace`, written already
+    where finite, which the step takes back if another of its updates is
+    not. `staged` is what `stage`
     returned for `ids` and `grads`."""

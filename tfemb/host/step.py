@@ -253,11 +253,22 @@ def _commit(policy: "NonFinitePolicy", updates: Sequence[_TableUpdate],
   Returns whether the step was written."""
 
   def update():
+    def prepare(u, lr):
+      return u.path.prepare(u.batch, u.ids, u.grads, lr, global_batch,
+                            u.staged)
+
+    last = [u.path.updates_in_place() for u in updates]
     with tf.control_dependencies(checks):
-      prepared = [u.path.prepare(u.batch, u.ids, u.grads, lr, global_batch,
-                                 u.staged)
-                  for u, lr in zip(updates, rates)]
+      prepared = [None if later else prepare(u, lr)
+                  for u, lr, later in zip(updates, rates, last)]
       prepared += [u.prepare() for u in more]
+      # The writes in place, once every other update is computed: its
+      # `finite` waits for all of its ops, so that a failing assert among
+      # them stops the step before anything is written.
+      with tf.control_dependencies([p.finite for p in prepared if p]):
+        prepared[:len(updates)] = [
+            prepare(u, lr) if later else p
+            for u, lr, later, p in zip(updates, rates, last, prepared)]
     ok = finite + [p.finite for p in prepared]
     in_place = [p for p in prepared if isinstance(p, InPlace)]
     keep = tf.reduce_all(ok) if in_place else None

@@ -184,12 +184,15 @@ class FusedTable(_Path):
         raising)
     return grads, tf.constant(True) if raising else finite
 
+  def updates_in_place(self) -> bool:
+    return fused_ops.in_place_here(self.variables)
+
   def prepare(self, batch: FusedBatch, ids, grads, lr, global_batch: bool,
               staged: None = None) -> Union[Pending, InPlace]:
     del batch, global_batch, staged  # the kernels read the rows they update
     table, variables = self.table, self.variables
     sparse_update.optimizer_of(table)
-    if fused_ops.in_place_here(variables):
+    if self.updates_in_place():
       applied = fused_ops.apply_rows(table, variables, ids, grads, lr)
       return InPlace(applied.finite, lambda keep: fused_ops.restore_rows(
           table, variables, ids, applied, keep))
