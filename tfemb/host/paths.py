@@ -92,5 +92,4 @@ class TablePath(abc.ABC):
     and slots are finite and the function that writes them, writing
     nothing; or, where `updates_in_place`, an `InPlace`, written already
     where finite, which the step takes back if another of its updates is
-    not. `staged` is what `stage`
-    returned for `ids` and `grads`."""
+    not. `staged` is what `stage` returned for `ids` and `grads`."""

@@ -262,9 +262,9 @@ def _commit(policy: "NonFinitePolicy", updates: Sequence[_TableUpdate],
       prepared = [None if later else prepare(u, lr)
                   for u, lr, later in zip(updates, rates, last)]
       prepared += [u.prepare() for u in more]
-      # The writes in place, once every other update is computed: its
-      # `finite` waits for all of its ops, so that a failing assert among
-      # them stops the step before anything is written.
+      # The writes in place, once every other update is computed (each
+      # one's `finite` waits for all of its ops), so that a failing assert
+      # among them stops the step before anything is written.
       with tf.control_dependencies([p.finite for p in prepared if p]):
         prepared[:len(updates)] = [
             prepare(u, lr) if later else p
