@@ -23,6 +23,7 @@ from tfemb import checkpoint_refusals
 from tfemb import options as options_lib
 from tfemb import resolution
 from tfemb import shapes
+from tfemb.host import non_finite
 from tfemb.host import step
 from tfemb.host import table_paths
 from tfemb.host import table_store
@@ -234,7 +235,7 @@ class EngineCore:
     self.options = options_lib.get()
     self.store = table_store.TableStore(self.layout.tables, self.strategy,
                                           self.options)
-    self.policy = step.NonFinitePolicy(self.strategy)
+    self.policy = non_finite.NonFinitePolicy(self.strategy)
     self.output_shapes = [f.output_shape for f in config.features]
     self.tables: Optional[Dict[str, table_store.TableVariables]] = None
     self.paths: Optional[List[TablePath]] = None

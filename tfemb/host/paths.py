@@ -88,7 +88,7 @@ class TablePath(abc.ABC):
     """The table's optimizer on rows `ids` with learning rate `lr`
     (`global_batch`: the ids are the global batch's, not this batch's),
     computed from the rows as they are now (under the step's lock,
-    `step.NonFinitePolicy.serialized`): a `Pending`, whether the new rows
+    `non_finite.NonFinitePolicy.serialized`): a `Pending`, whether the new rows
     and slots are finite and the function that writes them, writing
     nothing; or, where `updates_in_place`, an `InPlace`, written already
     where finite, which the step takes back if another of its updates is

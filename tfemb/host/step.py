@@ -20,8 +20,8 @@ from tfemb import resolution
 from tfemb import update_rules
 from tfemb import validation
 from tfemb.host import feeding
+from tfemb.host.non_finite import NonFinitePolicy
 from tfemb.host import sparse_update
-from tfemb.host import update_lock
 from tfemb.host import table_paths
 from tfemb.host.paths import InPlace
 from tfemb.host.paths import Member
@@ -167,7 +167,7 @@ class _TableUpdate(NamedTuple):
 
 
 def apply(config: resolution.Resolved, batch: Batch, flat_grads,
-          policy: "NonFinitePolicy", more: Sequence[Update] = (),
+          policy: NonFinitePolicy, more: Sequence[Update] = (),
           loss_scaled: bool = False) -> None:
   """Row gradients per table, then every table's update and `more`, then
   the step of the learning rates that count steps; all or nothing under
@@ -242,7 +242,7 @@ def _learning_rates(config: resolution.Resolved,
   return rates, checks
 
 
-def _commit(policy: "NonFinitePolicy", updates: Sequence[_TableUpdate],
+def _commit(policy: NonFinitePolicy, updates: Sequence[_TableUpdate],
             rates, more: Sequence[Update], checks, finite, raising: bool,
             counted: bool, global_batch: bool) -> tf.Tensor:
   """Under the policy's lock, once every check has passed: each table's
@@ -326,80 +326,3 @@ def created_by(fn) -> List[Any]:
   before = len(graph.get_operations())
   fn()
   return graph.get_operations()[before:]
-
-
-class NonFinitePolicy:
-  """What a step whose update is not finite does, and the lock its update
-  takes.
-
-  A step is not finite when an embedding gradient is NaN or Inf, or when
-  the update would make a row of a table or of a slot NaN or Inf (e.g. an
-  accumulator overflowing). "raise" (default): an InvalidArgumentError
-  naming the table, and no table or slot changes. "skip": no table or slot
-  changes, the step is counted in `skipped_steps`, and training goes on.
-  """
-
-  def __init__(self, strategy):
-    self._strategy = strategy
-    self._mode = "raise"
-    self._skipped = None
-    self._lock = update_lock.UpdateLock(strategy)
-
-  @property
-  def mode(self) -> str:
-    return self._mode
-
-  @mode.setter
-  def mode(self, mode: str):
-    if mode not in ("raise", "skip"):
-      raise ValueError("non_finite_gradients must be 'raise' or 'skip', "
-                       f"got {mode!r}.")
-    self._mode = mode
-    if mode == "skip" and self._skipped is None:
-      with tf.init_scope(), self._strategy.scope():
-        # Aggregation NONE: every replica counts in its own copy (they all
-        # see the same global gradient, so they agree).
-        self._skipped = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                    name="skipped_steps")
-
-  @property
-  def raising(self) -> bool:
-    return self._mode == "raise"
-
-  @property
-  def skipped_steps(self) -> int:
-    return 0 if self._skipped is None else int(self._skipped.numpy())
-
-  def checks(self, finite: Sequence[Any], names: Sequence[str]) -> List[Any]:
-    """Under "raise", an error naming the first table whose new rows or
-    slots (`finite`, by table) are not all finite."""
-    if not self.raising:
-      return []
-    return [check for ok, name in zip(finite, names)
-            for check in validation.assertion(ok, (
-                f"{validation.table(name)}: the update would make a row of "
-                "the table or of a slot non-finite (NaN or Inf); no table "
-                "was updated."))]
-
-  def run(self, finite: Sequence[Any], write, raising: bool,
-          counted: bool = True) -> tf.Tensor:
-    """`write()` if `raising` (the checks refuse a non-finite step), else
-    only if every table's gradient and update is finite; else the step is
-    skipped, and `counted` in `skipped_steps` under "skip"."""
-    if raising:
-      return write()
-
-    def skip():
-      if not counted or self._skipped is None:
-        return tf.constant(False)
-      with tf.control_dependencies([self._skipped.assign_add(1)]):
-        return tf.constant(False)
-
-    return tf.cond(tf.reduce_all(finite), write, skip)
-
-  def serialized(self, fn) -> tf.Tensor:
-    """`fn()` under this object's lock (`tfemb.host.update_lock`): one
-    update at a time reads, computes and writes the rows, whatever the
-    threads or workers running steps; `fn` returns a tensor that waits for
-    every write, returned here."""
-    return self._lock.run(fn)
