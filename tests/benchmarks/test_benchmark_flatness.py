@@ -36,12 +36,27 @@ def _flatness_target(run):
 
 
 def test_target_is_judged_on_the_side_by_side_ratio_when_measured():
-  _, measured, met = _flatness_target(_run(paired_ratio=1.2))
+  # The Keras layer's target is 1.1x (docs/performance.md).
+  target, measured, met = _flatness_target(_run(paired_ratio=1.08))
+  assert target == ("adam: tfemb Keras layer flat in the vocabulary "
+                    "(<= 1.1x)")
   assert met is True
-  assert "side by side: 6.00 / 5.00 ms = 1.20x" in measured
+  assert "side by side: 5.40 / 5.00 ms = 1.08x" in measured
   assert "separate processes: 1.50x" in measured
-  _, measured, met = _flatness_target(_run(paired_ratio=1.31))
+  _, measured, met = _flatness_target(_run(paired_ratio=1.12))
   assert met is False
+
+
+def test_the_embedding_part_is_judged_on_its_own_target():
+  run = _run(paired_ratio=1.12)
+  run["flatness"][0]["stack"] = "tfemb-emb"
+  for row in run["runs"]:
+    row["stack"] = "tfemb-emb"
+  target, _, met = _flatness_target(run)
+  assert target.endswith("flat in the vocabulary (<= 1.15x)")
+  assert met is True  # 1.12 is within the embedding part's 1.15x
+  run["flatness"][0]["ratio"] = 1.18
+  assert _flatness_target(run)[2] is False
 
 
 def test_target_falls_back_to_separate_processes():

@@ -1,6 +1,7 @@
 """The thread-scaling rows of the suite's report (benchmarks/threads.py):
 one thread against every core, and why a row is missing."""
 
+from benchmarks import analysis
 from benchmarks import compare
 from benchmarks import report
 
@@ -37,3 +38,21 @@ def test_the_suite_runs_them_by_default_and_quick_runs_one_round():
   assert compare.parse_args([]).thread_rounds == 2
   assert compare.parse_args(["--quick"]).thread_rounds == 1
   assert compare.parse_args(["--thread-rounds", "0"]).thread_rounds == 0
+
+
+def test_speedup_target_is_1_6x_on_every_core():
+  rows = [{"stack": "tfemb-emb", "optimizer": opt, "vocab": 5_000_000,
+           "status": "ok", "cores": 2, "one_thread_ms": one,
+           "all_cores_ms": 2.0, "speedup": one / 2.0}
+          for opt, one in (("sgd", 3.3), ("adam", 3.1))]
+  rows.append({"stack": "tfemb-emb", "optimizer": "adagrad",
+               "vocab": 5_000_000, "status": "out of memory",
+               "detail": "skipped"})
+  found = {t: (m, v) for t, m, v in analysis.targets(_run(rows))}
+  sgd, adam, adagrad = (
+      found[f"{opt} at 5,000,000 rows: embedding part >= 1.6x faster on "
+            "every core than on one thread"] for opt in ("sgd", "adam",
+                                                         "adagrad"))
+  assert sgd == ("3.30 ms on 1 thread, 2.00 ms on 2 cores: 1.65x", True)
+  assert adam[1] is False  # 1.55x
+  assert adagrad == ("out of memory: skipped", None)
