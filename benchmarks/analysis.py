@@ -127,21 +127,31 @@ BOUND = 1.5  # embedding part / memory-traffic bound
 THREADS = 1.6  # embedding part, every core / one thread
 
 
+def allowed_growth(stack: str, small_ms: float) -> float:
+  """The growth (ms) from the smallest size to the largest that the
+  stack's flatness target allows over its small step."""
+  return (FLAT[stack] - 1) * small_ms
+
+
 def _verdict(met: bool, reachable: Optional[bool]):
   if met:
     return True
   return OUT_OF_REACH if reachable is False else False
 
 
-def _flatness_target(run, opt, stack, limit):
+def _flatness_target(run, opt, stack):
   """The stack's 5M / 100k ratio (side by side when measured, else of
-  separate processes). Out of reach when the rows alone in C++ already
-  grow by more than the ratio allows over the stack's small step."""
+  separate processes); None if the run has neither this stack nor its
+  side-by-side row. Out of reach when the rows alone in C++ already grow
+  by more than the ratio allows over the stack's small step."""
   f, paired = flatness(run["runs"], opt, stack), paired_flatness(run, opt,
                                                                  stack)
-  judged = paired or f
+  judged, limit = paired or f, FLAT[stack]
   what = f"{opt}: {BY_NAME[stack].label} flat in the vocabulary (<= {limit}x)"
   if not judged:
+    if not any(r["stack"] == stack and r["optimizer"] == opt
+               for r in run["runs"]):
+      return None
     return what, "not measured", None
   if paired:
     measured = (f"{paired['large']:,} / {paired['small']:,} rows, side by "
@@ -155,7 +165,7 @@ def _flatness_target(run, opt, stack, limit):
   rows_alone = floor(run, opt) or {}
   if {judged["small"], judged["large"]} <= set(rows_alone):
     grow = rows_alone[judged["large"]] - rows_alone[judged["small"]]
-    allows = (limit - 1) * judged["small_ms"]
+    allows = allowed_growth(stack, judged["small_ms"])
     measured += (f"; the rows alone in C++ grow by {grow:+.2f} ms, "
                  f"{limit}x allows {allows:+.2f} ms")
     reachable = grow <= allows
@@ -212,10 +222,8 @@ def targets(run) -> List[Tuple[str, str, object]]:
                 if any(r["optimizer"] == o for r in runs)]
   table = index(runs)
   for opt in optimizers:
-    for stack, limit in FLAT.items():
-      if (paired_flatness(run, opt, stack) or
-          any(r["stack"] == stack and r["optimizer"] == opt for r in runs)):
-        out.append(_flatness_target(run, opt, stack, limit))
+    out.extend(t for t in (_flatness_target(run, opt, stack)
+                           for stack in FLAT) if t)
     for m in memory_model(runs, opt)[-1:]:
       out.append((f"{opt}: tfemb peak RSS <= 1.25 x (tables + slots + "
                   "overhead)", f"{m['vocab']:,} rows: "

@@ -89,7 +89,7 @@ def flatness_table(run) -> List[str]:
         f"{r['block_ratio_p10']:.2f} / {r['block_ratio_median']:.2f} / "
         f"{r['block_ratio_p90']:.2f} ({r['blocks']} blocks of "
         f"{r['block_steps']} steps) | {sep} | "
-        f"{(analysis.FLAT[r['stack']] - 1) * r['small_ms']:+.2f} | "
+        f"{analysis.allowed_growth(r['stack'], r['small_ms']):+.2f} | "
         f"{rows_alone} |")
   return lines
 
