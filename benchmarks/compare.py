@@ -188,12 +188,11 @@ def run_paired(args, run, save, limits, stacks, failed):
 
 
 def run_floor(args, run, save, limits):
-  """The rows alone in C++ at the smallest and the largest size
-  (benchmarks/floor.py), beside the targets memory decides."""
-  sizes = sorted(parse_size(s) for s in args.sizes.split(","))
+  """The rows alone in C++ at every size (benchmarks/floor.py), beside the
+  targets memory decides."""
   out = runner.run(
       "benchmarks.floor", ["--optimizers", args.optimizers,
-                           "--small", str(sizes[0]), "--large", str(sizes[-1])],
+                           "--sizes", args.sizes],
       limits=limits, log_path=os.path.join(args.out, "logs", "floor.log"))
   run["floor"] = out.result or {"status": out.status, "detail": out.detail}
   save()

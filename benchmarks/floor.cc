@@ -6,13 +6,14 @@
 // in training; tables 0-3 on one thread, 4-7 on the other. No
 // deduplication, no activations per id, no gradient sums.
 //
-//   floor IDS RULE
+//   floor IDS RULE [ROWS...]
 //
 // IDS: a file of little-endian int64s, written by benchmarks/floor.py: for
 // each size in turn, its rows per table, batches and tables, then for each
 // batch and table the number of its distinct ids and the ids, in the order
 // they first appear in the batch. RULE: sgd (a [rows, 32] table), adagrad
 // or adam ([rows, 64] and [rows, 96], the slots beside the parameters).
+// ROWS: the sizes of IDS to time (rows per table); all of them if none.
 //
 // The sizes are timed side by side in one process, as benchmarks/flatness.py
 // times tfemb: 33 rounds (the first 3 warm up pages and caches), each
@@ -107,7 +108,10 @@ struct Size {
 bool Read(FILE* f, int64_t* x) { return fread(x, sizeof(*x), 1, f) == 1; }
 
 // The sizes of the file at `path`; empty if it is not as described above.
-std::vector<std::unique_ptr<Size>> ReadSizes(const char* path, int width) {
+// Only the sizes in `keep` (every size if empty) are kept; the tables of
+// the others are never allocated.
+std::vector<std::unique_ptr<Size>> ReadSizes(const char* path, int width,
+                                             const std::vector<int64_t>& keep) {
   std::vector<std::unique_ptr<Size>> sizes;
   FILE* f = fopen(path, "rb");
   if (f == nullptr) return sizes;
@@ -134,6 +138,10 @@ std::vector<std::unique_ptr<Size>> ReadSizes(const char* path, int width) {
       sizes.clear();
       break;
     }
+    if (!keep.empty() &&
+        std::find(keep.begin(), keep.end(), s->vocab) == keep.end()) {
+      continue;
+    }
     for (int t = 0; t < s->tables; ++t) {
       s->table.push_back(HugeTable(size_t(s->vocab) * width));
     }
@@ -146,14 +154,17 @@ std::vector<std::unique_ptr<Size>> ReadSizes(const char* path, int width) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int width = argc == 3 ? RowWidth(argv[2]) : 0;
+  const int width = argc >= 3 ? RowWidth(argv[2]) : 0;
   if (width == 0) {
-    fprintf(stderr, "usage: %s IDS sgd|adagrad|adam\n", argv[0]);
+    fprintf(stderr, "usage: %s IDS sgd|adagrad|adam [ROWS...]\n", argv[0]);
     return 2;
   }
-  const auto sizes = ReadSizes(argv[1], width);
-  if (sizes.empty()) {
-    fprintf(stderr, "%s: not a file of ids (see floor.cc)\n", argv[1]);
+  std::vector<int64_t> keep;
+  for (int i = 3; i < argc; ++i) keep.push_back(std::atoll(argv[i]));
+  const auto sizes = ReadSizes(argv[1], width, keep);
+  if (sizes.empty() || (!keep.empty() && sizes.size() != keep.size())) {
+    fprintf(stderr, "%s: not a file of ids with the sizes asked for (see "
+            "floor.cc)\n", argv[1]);
     return 2;
   }
   size_t most = 0;

@@ -123,7 +123,7 @@ def floor_lines(run) -> List[str]:
             f"{floor['status']}: {floor.get('detail', '')}"]
   lines = ["The rows alone in C++ (benchmarks/floor.py): each step's distinct "
            "rows of the 8 tables looked up, then updated by the rule with "
-           "the slots beside the parameters, on both cores, both sizes side "
+           "the slots beside the parameters, on both cores, the sizes side "
            "by side in one process; no deduplication, activations per id or "
            "gradient sums, no TensorFlow. Median ms per step:", ""]
   for row in floor["floors"]:

@@ -36,18 +36,18 @@ def test_distinct_rows_keep_the_order_ids_first_appear():
 def test_child_times_the_workloads_rows_with_every_optimizer(tmp_path):
   path = tmp_path / "floor.json"
   done = subprocess.run(
-      [sys.executable, "-m", "benchmarks.floor", "--small", "1000",
-       "--large", "4000", "--out", str(path)],
+      [sys.executable, "-m", "benchmarks.floor", "--sizes", "1000,4000,2k",
+       "--out", str(path)],
       cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
       capture_output=True, text=True, timeout=300, check=False)
   assert done.returncode == 0, done.stderr[-3000:]
   result = json.loads(path.read_text())
-  assert result["sizes"] == [1000, 4000]
+  assert result["sizes"] == [1000, 2000, 4000]
   assert [r["optimizer"] for r in result["floors"]] == ["sgd", "adagrad",
                                                         "adam"]
   # floor.cc read the suite's own batches: the rows it timed per step are
   # the workload's distinct ids, counted here, for every rule.
-  want = {str(v): _distinct_per_step(v) for v in (1000, 4000)}
+  want = {str(v): _distinct_per_step(v) for v in (1000, 2000, 4000)}
   for row in result["floors"]:
     assert row["status"] == "ok"
     assert row["distinct"] == want
@@ -60,7 +60,40 @@ def test_a_size_that_does_not_fit_is_skipped_not_run(monkeypatch):
   row = floor.measure("/nonexistent/binary", "/nonexistent/ids", "adam",
                       [5_000_000], 10)
   assert row["status"] == "skipped"
-  assert "needs 14.3 GiB" in row["detail"]
+  assert "5M rows: needs 14.3 GiB" in row["detail"]
+
+
+def test_sizes_that_do_not_fit_together_keep_the_ends_side_by_side():
+  gib = 2**30
+  # Adam's tables and slots: 0.29 GiB at 100k rows, 2.86 at 1M, 14.3 at 5M.
+  sizes = [100_000, 1_000_000, 5_000_000]
+  assert floor.groups("adam", sizes, 19 * gib) == [sizes]
+  assert floor.groups("adam", sizes, None) == [sizes]
+  assert floor.groups("adam", sizes, 17 * gib) == [[100_000, 5_000_000],
+                                                   [1_000_000]]
+  assert floor.groups("adam", [100_000], 0) == [[100_000]]
+
+
+def test_the_sizes_run_in_their_groups(monkeypatch, tmp_path):
+  """Each group is one run of floor.cc, with its sizes on the command
+  line; the rows per size come from the run that timed it."""
+  monkeypatch.setattr(floor.procmem, "available", lambda: 17 * 2**30)
+  calls = []
+
+  def fake_run(argv, **kwargs):
+    del kwargs
+    calls.append(argv[3:])
+    lines = [f"adam, {v} rows x 8 tables: {int(v) / 1e6:.3f} ms per step "
+             f"({int(v) // 100} distinct rows, 43 ns each)" for v in argv[3:]]
+    return subprocess.CompletedProcess(argv, 0, "\n".join(lines), "")
+
+  monkeypatch.setattr(floor.subprocess, "run", fake_run)
+  row = floor.measure("floor", "ids", "adam",
+                      [100_000, 1_000_000, 5_000_000], 10)
+  assert calls == [["100000", "5000000"], ["1000000"]]
+  assert row["ms"] == {"100000": 0.1, "1000000": 1.0, "5000000": 5.0}
+  assert row["distinct"] == {"100000": 1000, "1000000": 10000,
+                             "5000000": 50000}
 
 
 def _run():
