@@ -3,8 +3,11 @@
     python -m benchmarks.compare --profile [--sizes 1M] [--optimizers adam]
     python -m benchmarks.profile --vocab 1000000 --optimizer adam \
         --logdir /tmp/tfemb_profile
+    python -m benchmarks.profile --stack tfemb-emb --optimizer sgd
 
-Warms the tfemb Keras-layer step up, traces a few steps with
+Warms a tfemb step up (the Keras layer's, or with `--stack tfemb-emb` the
+embedding part alone, whose calls of several steps are counted per step),
+traces a few steps with
 `tf.profiler.experimental.start/stop`, and reads the trace (the XSpace
 protobuf under `<logdir>/plugins/profile/<run>/`): op self time by op type
 and by op, by part of the step, and ops executed per step; then
@@ -22,19 +25,29 @@ import re
 
 from benchmarks import timing
 from benchmarks import workload as workload_lib
+from benchmarks.stacks import BY_NAME
 
 
 _MODEL = re.compile(r"^(sgd|adagrad|adam)/|dense|concatenate|^gradient_tape/"
                     r"|^(Mean|Square|Add|sub)(_\d+)?$")
 
 
-def category(op_name: str) -> str:
-  """Which part of the step an op belongs to, by its name (a heuristic:
-  the engine's update ops carry no name scope)."""
+# tfemb's fused kernels, by the part of the step they do.
+_LOOKUP_OPS = {"TfembDedupGather", "TfembIdCounts"}
+_UPDATE_OPS = {"TfembRowGradients", "TfembApplyRows", "TfembRestoreRows"}
+
+
+def category(op_name: str, op_type: str = "") -> str:
+  """Which part of the step an op belongs to: tfemb's fused kernels by
+  their type, the rest by name (a heuristic: the engine's update ops carry
+  no name scope)."""
   if op_name == "ExecutorState":
     return "TF executor scheduling"
-  if re.match(r"^functional(_\d+)?/tpu_embedding", op_name):
+  if op_type in _LOOKUP_OPS or re.match(r"^functional(_\d+)?/tpu_embedding",
+                                        op_name):
     return "embedding lookup (dedup, gather, combine, input checks)"
+  if op_type in _UPDATE_OPS:
+    return "embedding update (row gradients, slots, scatters, checks)"
   if _MODEL.search(op_name):
     return "dense head, loss, Keras optimizer"
   return "embedding update (row gradients, slots, scatters, checks)"
@@ -93,7 +106,7 @@ def summarize(logdir: str, steps: int, top: int = 15) -> dict:
   for op_name, op_type, self_ps in _op_events(space):
     by_type[op_type] += self_ps
     by_op[f"{op_name} ({op_type})"] += self_ps
-    by_part[category(op_name)] += self_ps
+    by_part[category(op_name, op_type)] += self_ps
     count += op_type != "Process"
   total = sum(by_type.values())
   walls = _step_wall_ps(space)
@@ -111,8 +124,10 @@ def summarize(logdir: str, steps: int, top: int = 15) -> dict:
 def format_summary(s: dict, title: str) -> str:
   lines = [f"## Profile: {title}", "",
            f"Trace: {s['trace']}", "",
-           f"{s['steps']} steps; wall per step (profiled): " +
-           ", ".join(f"{w:.1f}" for w in s["step_wall_ms"]) + " ms; "
+           f"{s['steps']} steps; " +
+           ("wall per step (profiled): " +
+            ", ".join(f"{w:.1f}" for w in s["step_wall_ms"]) + " ms; "
+            if s["step_wall_ms"] else "") +
            f"{s['ops_per_step']:.0f} ops per step; op self time "
            f"{s['op_self_ms_per_step']:.1f} ms per step (inter-op threads "
            "overlap, so it can exceed the wall time).", ""]
@@ -124,18 +139,25 @@ def format_summary(s: dict, title: str) -> str:
   return "\n".join(lines)
 
 
-def profile(work, logdir: str, warmup: int, steps: int) -> dict:
+STACKS = ("tfemb", "tfemb-emb")  # the Keras layer, the embedding part
+
+
+def profile(work, logdir: str, warmup: int, steps: int,
+            stack: str = "tfemb") -> dict:
+  """`steps` calls of the stack's step traced; per-step figures divide by
+  the steps each call runs (the embedding part runs several)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from benchmarks.stacks import tfemb_layer  # pylint: disable=g-import-not-at-top
-  step = tfemb_layer.build(work)
-  tensors = timing.to_tensors(work.make_batches())
+  from benchmarks import child  # pylint: disable=g-import-not-at-top
+  step, tensors, per_call = child.build(BY_NAME[stack], work)
   timing.time_steps(step, tensors, warmup)
   unprofiled = timing.summary(timing.time_steps(step, tensors, 10, warmup))
   tf.profiler.experimental.start(logdir)
   timing.time_steps(step, tensors, steps, warmup + 10)
   tf.profiler.experimental.stop()
-  s = summarize(logdir, steps)
-  s["unprofiled_median_ms"] = unprofiled["median_ms"]
+  s = summarize(logdir, steps * per_call)
+  s["step_wall_ms"] = [w / per_call for w in s["step_wall_ms"]]
+  s["unprofiled_median_ms"] = unprofiled["median_ms"] / per_call
+  s["stack"] = stack
   return s
 
 
@@ -168,6 +190,7 @@ def run_from_compare(args):
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--stack", default="tfemb", choices=STACKS)
   p.add_argument("--vocab", type=int, default=100_000)
   p.add_argument("--optimizer", default="adam",
                  choices=workload_lib.OPTIMIZERS)
@@ -177,12 +200,14 @@ def main(argv=None):
   p.add_argument("--out", help="write the summary as JSON here")
   args = p.parse_args(argv)
   work = workload_lib.Workload(vocab=args.vocab, optimizer=args.optimizer)
-  s = profile(work, args.logdir, args.warmup, args.steps)
+  s = profile(work, args.logdir, args.warmup, args.steps, args.stack)
   if args.out:
     with open(args.out, "w") as f:
       json.dump(s, f, indent=1)
   else:
-    print(format_summary(s, f"{args.optimizer}, {args.vocab:,} rows"))
+    print(format_summary(s, f"{BY_NAME[args.stack].label}, {args.optimizer}, "
+                            f"{args.vocab:,} rows; unprofiled median step "
+                            f"{s['unprofiled_median_ms']:.2f} ms"))
 
 
 if __name__ == "__main__":
