@@ -32,6 +32,11 @@ _MODEL = re.compile(r"^(sgd|adagrad|adam)/|dense|concatenate|^gradient_tape/"
                     r"|^(Mean|Square|Add|sub)(_\d+)?$")
 
 
+# The parts of the step an op is filed under (besides the executor's and
+# the dense head's).
+LOOKUP = "embedding lookup (dedup, gather, combine, input checks)"
+UPDATE = "embedding update (row gradients, slots, scatters, checks)"
+
 # tfemb's fused kernels, by the part of the step they do.
 _LOOKUP_OPS = {"TfembDedupGather", "TfembIdCounts"}
 _UPDATE_OPS = {"TfembRowGradients", "TfembApplyRows", "TfembRestoreRows"}
@@ -45,12 +50,12 @@ def category(op_name: str, op_type: str = "") -> str:
     return "TF executor scheduling"
   if op_type in _LOOKUP_OPS or re.match(r"^functional(_\d+)?/tpu_embedding",
                                         op_name):
-    return "embedding lookup (dedup, gather, combine, input checks)"
-  if op_type in _UPDATE_OPS:
-    return "embedding update (row gradients, slots, scatters, checks)"
+    return LOOKUP
+  if op_type in _UPDATE_OPS:  # before the names: in a Keras optimizer's scope
+    return UPDATE
   if _MODEL.search(op_name):
     return "dense head, loss, Keras optimizer"
-  return "embedding update (row gradients, slots, scatters, checks)"
+  return UPDATE
 
 
 def _op_events(space):
@@ -85,15 +90,6 @@ def _finish(entry):
   return op_name, op_type, max(self_ps, 0)
 
 
-def _step_wall_ps(space):
-  for plane in space.planes:
-    for line in plane.lines:
-      if line.name == "python":
-        return [e.duration_ps for e in line.events
-                if plane.event_metadata[e.metadata_id].name == "step"]
-  return []
-
-
 def summarize(logdir: str, steps: int, top: int = 15) -> dict:
   from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
   path = sorted(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"),
@@ -109,11 +105,10 @@ def summarize(logdir: str, steps: int, top: int = 15) -> dict:
     by_part[category(op_name, op_type)] += self_ps
     count += op_type != "Process"
   total = sum(by_type.values())
-  walls = _step_wall_ps(space)
   ms = lambda ps: ps / steps / 1e9  # per step  # pylint: disable=unnecessary-lambda-assignment
   return {
       "trace": path, "steps": steps,
-      "step_wall_ms": [w / 1e9 for w in walls],
+      "step_wall_ms": [],  # the caller's, if it timed the steps
       "ops_per_step": count / steps, "op_self_ms_per_step": ms(total),
       "by_part": [(c, ms(ps), ps / total) for c, ps in by_part.most_common()],
       "by_type": [(t, ms(ps), ps / total) for t, ps in by_type.most_common(top)],
@@ -152,10 +147,10 @@ def profile(work, logdir: str, warmup: int, steps: int,
   timing.time_steps(step, tensors, warmup)
   unprofiled = timing.summary(timing.time_steps(step, tensors, 10, warmup))
   tf.profiler.experimental.start(logdir)
-  timing.time_steps(step, tensors, steps, warmup + 10)
+  walls = timing.time_steps(step, tensors, steps, warmup + 10)
   tf.profiler.experimental.stop()
   s = summarize(logdir, steps * per_call)
-  s["step_wall_ms"] = [w / per_call for w in s["step_wall_ms"]]
+  s["step_wall_ms"] = [1e3 * w / per_call for w in walls]
   s["unprofiled_median_ms"] = unprofiled["median_ms"] / per_call
   s["stack"] = stack
   return s

@@ -55,6 +55,8 @@ def test_embedding_part_is_profiled_per_step(tmp_path):
   assert {"TfembDedupGather", "TfembRowGradients",
           "TfembApplyRows"} <= types
   assert s["unprofiled_median_ms"] > 0
+  # The wall time of each traced call, per step.
+  assert len(s["step_wall_ms"]) == 2 and min(s["step_wall_ms"]) > 0
 
 
 def test_summary_leaves_out_the_wall_time_it_did_not_record():
