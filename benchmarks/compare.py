@@ -66,7 +66,7 @@ def parse_args(argv=None):
   p.add_argument("--profile", action="store_true",
                  help="profile a few tfemb steps instead (see profile.py)")
   p.add_argument("--no-floor", action="store_true",
-                 help="skip the rows alone in C++ (benchmarks/floor.py)")
+                 help="skip the C++ floor (benchmarks/floor.py)")
   p.add_argument("--paired-blocks", type=int, default=24,
                  help="blocks per size of the paired flatness runs "
                  "(flatness.py; 0 skips them)")
@@ -188,8 +188,8 @@ def run_paired(args, run, save, limits, stacks, failed):
 
 
 def run_floor(args, run, save, limits):
-  """The rows alone in C++ at every size (benchmarks/floor.py), beside the
-  targets memory decides."""
+  """The C++ floor at every size (benchmarks/floor.py): the exact step and
+  the rows alone, beside the targets memory decides."""
   out = runner.run(
       "benchmarks.floor", ["--optimizers", args.optimizers,
                            "--sizes", args.sizes],
@@ -198,7 +198,10 @@ def run_floor(args, run, save, limits):
   save()
   for row in (out.result or {}).get("floors", []):
     print(f"floor    {row['optimizer']:8s} " + (
-        " / ".join(f"{ms:.3f}" for ms in row["ms"].values()) + " ms"
+        "exact step " + " / ".join(f"{ms:.3f}" for ms in
+                                   row["step_ms"].values()) +
+        " ms, rows alone " + " / ".join(f"{ms:.3f}" for ms in
+                                        row["ms"].values()) + " ms"
         if row["status"] == "ok" else row["detail"]), flush=True)
   if not out.result:
     print(f"floor: {out.status}: {out.detail}", flush=True)

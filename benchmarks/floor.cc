@@ -1,29 +1,42 @@
 // The floor under every exact sparse step (benchmarks/floor.py builds and
-// runs it): the distinct rows of the suite's batches alone, outside
-// TensorFlow. Each table's rows are looked up (the parameters copied out),
-// then updated in place by the rule (parameters and slots side by side,
-// tfemb's default layout), every table looked up before any is updated, as
-// in training; tables 0-3 on one thread, 4-7 on the other. No
-// deduplication, no activations per id, no gradient sums.
+// runs it): the suite's batches outside TensorFlow, in one of two kinds.
 //
-//   floor IDS RULE [ROWS...]
+// rows: the step's distinct rows alone. Each table's distinct rows are
+//   looked up (the parameters copied out), then updated in place by the
+//   rule. No deduplication, no activations per id, no gradient sums.
+// step: the whole exact step, as tfemb's kernels do it and nothing else.
+//   Each table's ids are checked against its rows and deduplicated (one
+//   hash pass), its distinct rows read once and every id's activation
+//   written; then the ids' gradients are summed per distinct row and each
+//   row is updated in place by the rule, its old values kept beside (so
+//   that a step whose new values are not all finite can be put back: all
+//   or nothing), and the new values checked finite.
+//
+// Both: the slots beside the parameters (tfemb's default layout); every
+// table looked up before any is updated, as in training; tables 0-3 on one
+// thread, 4-7 on a second one, made once (no thread is started per step).
+//
+//   floor IDS RULE KIND [ROWS...]
 //
 // IDS: a file of little-endian int64s, written by benchmarks/floor.py: for
-// each size in turn, its rows per table, batches and tables, then for each
-// batch and table the number of its distinct ids and the ids, in the order
-// they first appear in the batch. RULE: sgd (a [rows, 32] table), adagrad
-// or adam ([rows, 64] and [rows, 96], the slots beside the parameters).
-// ROWS: the sizes of IDS to time (rows per table); all of them if none.
+// each size in turn, its rows per table, batches, tables and ids per batch,
+// then every batch's ids, table after table. RULE: sgd (a [rows, 32]
+// table), adagrad or adam ([rows, 64] and [rows, 96], the slots beside the
+// parameters). KIND: rows or step. ROWS: the sizes of IDS to time (rows per
+// table); all of them if none.
 //
 // The sizes are timed side by side in one process, as benchmarks/flatness.py
 // times tfemb: 33 rounds (the first 3 warm up pages and caches), each
 // running 10 steps of every size in turn, the order reversed every other
 // round; a step is one batch, the batches cycled. Prints per size the
 // median ms per step:
-//   adam, 100000 rows x 8 tables: 0.553 ms per step (12997 distinct rows, 43 ns each)
+//   adam rows, 100000 rows x 8 tables: 0.553 ms per step (12997 distinct rows, 43 ns each)
+// and with `step`, what the steps computed (benchmarks' tests check it):
+//   adam step, 100000 rows x 8 tables: after 330 steps the parameters sum to ..., the last step's activations to ...
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -36,12 +49,23 @@
 #include <thread>
 #include <vector>
 
+#include "dedup.h"  // tfemb/kernels/src: the lookup's own hash pass
+
 namespace {
+
+using tfemb::Dedup;
 
 constexpr int kDim = 32, kAhead = 12, kRounds = 33, kWarmup = 3, kSteps = 10;
 
-// `floats` zeroed floats on 2 MiB pages where the kernel gives them (as
-// tfemb's tables), touched once so that the pages exist.
+#ifndef MADV_COLLAPSE
+#define MADV_COLLAPSE 25  // Linux 6.1; older kernels refuse it, harmlessly
+#endif
+
+// `floats` zeroed floats on 2 MiB pages where the kernel gives them, as
+// tfemb's tables (tfemb/kernels/src/huge_pages.cc): touched once, so that
+// the pages exist, then collapsed onto 2 MiB pages (a large allocation
+// that the kernel could not fault in on them at once would otherwise stay
+// partly on 4 KiB pages, and its rows would cost a TLB miss more).
 float* HugeTable(size_t floats) {
   const size_t huge = size_t{2} << 20;
   const size_t bytes = (floats * sizeof(float) + huge - 1) & ~(huge - 1);
@@ -52,6 +76,7 @@ float* HugeTable(size_t floats) {
   }
   madvise(p, bytes, MADV_HUGEPAGE);
   memset(p, 0, bytes);
+  madvise(p, bytes, MADV_COLLAPSE);
   return static_cast<float*>(p);
 }
 
@@ -88,13 +113,27 @@ void Prefetch(const float* p, int lines) {
   for (int i = 0; i < lines; ++i) __builtin_prefetch(p + 16 * i);
 }
 
-// One size: its tables and the distinct ids of each batch and table.
+// No NaN or Inf among n floats: the exponent bits are all ones exactly then.
+bool AllFinite(const float* x, size_t n) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    memcpy(&bits, x + i, sizeof(bits));
+    bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+// One size: its tables, and each batch's ids and distinct ids per table.
 struct Size {
   long vocab = 0;
-  int batches = 0, tables = 0;
+  int batches = 0, tables = 0, batch = 0;
   std::vector<float*> table;
-  std::vector<std::vector<int64_t>> rows;  // [batch * tables + table]
+  std::vector<std::vector<int64_t>> ids, rows;  // [batch * tables + table]
 
+  const std::vector<int64_t>& Ids(int step, int t) const {
+    return ids[(step % batches) * tables + t];
+  }
   const std::vector<int64_t>& Rows(int step, int t) const {
     return rows[(step % batches) * tables + t];
   }
@@ -115,24 +154,27 @@ std::vector<std::unique_ptr<Size>> ReadSizes(const char* path, int width,
   std::vector<std::unique_ptr<Size>> sizes;
   FILE* f = fopen(path, "rb");
   if (f == nullptr) return sizes;
-  for (int64_t head[3]; Read(f, &head[0]);) {
+  for (int64_t head[4]; Read(f, &head[0]);) {
     auto s = std::make_unique<Size>();
-    if (!Read(f, &head[1]) || !Read(f, &head[2]) || head[0] <= 0 ||
-        head[1] <= 0 || head[2] <= 0) {
+    if (!Read(f, &head[1]) || !Read(f, &head[2]) || !Read(f, &head[3]) ||
+        head[0] <= 0 || head[1] <= 0 || head[2] <= 0 || head[3] <= 0) {
       sizes.clear();
       break;
     }
     s->vocab = head[0];
     s->batches = int(head[1]);
     s->tables = int(head[2]);
-    s->rows.resize(size_t(s->batches) * s->tables);
+    s->batch = int(head[3]);
+    s->ids.resize(size_t(s->batches) * s->tables);
     bool ok = true;
-    for (auto& r : s->rows) {
-      int64_t n = 0;
-      ok = ok && Read(f, &n) && n >= 0;
-      r.resize(ok ? size_t(n) : 0);
-      ok = ok && fread(r.data(), sizeof(int64_t), r.size(), f) == r.size();
-      for (const int64_t id : r) ok = ok && id >= 0 && id < s->vocab;
+    for (auto& b : s->ids) {
+      b.resize(s->batch);
+      ok = ok && fread(b.data(), sizeof(int64_t), b.size(), f) == b.size();
+      for (const int64_t id : b) ok = ok && id >= 0 && id < s->vocab;
+      if (!ok) break;
+      Dedup dedup(s->batch);
+      for (const int64_t id : b) dedup.Insert(id);
+      s->rows.push_back(dedup.unique());
     }
     if (!ok) {
       sizes.clear();
@@ -151,62 +193,210 @@ std::vector<std::unique_ptr<Size>> ReadSizes(const char* path, int width,
   return sizes;
 }
 
+// A second thread, made once: Both(a, b) runs `a` there and `b` here and
+// returns when both have finished.
+class Helper {
+ public:
+  Helper() : thread_([this] { Loop(); }) {}
+  ~Helper() {
+    Post(nullptr);
+    thread_.join();
+  }
+
+  void Both(const std::function<void()>& a, const std::function<void()>& b) {
+    const int64_t n = Post(&a);
+    b();
+    while (done_.load(std::memory_order_acquire) != n) {
+      std::this_thread::yield();
+    }
+  }
+
+ private:
+  int64_t Post(const std::function<void()>* job) {
+    job_.store(job, std::memory_order_relaxed);
+    return posted_.fetch_add(1, std::memory_order_release) + 1;
+  }
+
+  void Loop() {
+    for (int64_t seen = 0;;) {
+      while (posted_.load(std::memory_order_acquire) == seen) {
+        std::this_thread::yield();
+      }
+      ++seen;
+      const auto* job = job_.load(std::memory_order_relaxed);
+      if (job == nullptr) return;
+      (*job)();
+      done_.store(seen, std::memory_order_release);
+    }
+  }
+
+  std::atomic<const std::function<void()>*> job_{nullptr};
+  std::atomic<int64_t> posted_{0}, done_{0};
+  std::thread thread_;
+};
+
+// What one table needs in a step besides the table: reused every step, as
+// TensorFlow's allocator hands out the same buffers again.
+struct Scratch {
+  explicit Scratch(size_t ids, int width)
+      : positions(ids), distinct(ids * kDim), out(ids * kDim),
+        sums(ids * kDim), undo(ids * width) {
+    unique.reserve(ids);
+  }
+  std::vector<int64_t> positions, unique;
+  std::vector<float> distinct, out, sums, undo;
+  bool finite = true;
+};
+
+// The whole exact step's lookup of one table (see KIND step above).
+void LookUp(const Size& s, int step, int t, Scratch* x, int width) {
+  const auto& ids = s.Ids(step, t);
+  const size_t n = ids.size();
+  for (const int64_t id : ids) {
+    if (id < 0 || id >= s.vocab) {
+      fprintf(stderr, "id %ld outside the table\n", long(id));
+      exit(1);
+    }
+  }
+  Dedup dedup(n);  // made per lookup, as the kernel makes it
+  for (size_t i = 0; i < n; ++i) x->positions[i] = dedup.Insert(ids[i]);
+  x->unique = dedup.unique();  // the kernel's output of the distinct ids
+  const auto& unique = x->unique;
+  const float* table = s.table[t];
+  for (size_t r = 0; r < unique.size(); ++r) {
+    if (r + kAhead < unique.size()) {
+      Prefetch(table + unique[r + kAhead] * width, 2);
+    }
+    memcpy(x->distinct.data() + r * kDim, table + unique[r] * width,
+           kDim * sizeof(float));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    memcpy(x->out.data() + i * kDim,
+           x->distinct.data() + x->positions[i] * kDim, kDim * sizeof(float));
+  }
+}
+
+// The whole exact step's update of one table from its ids' gradients.
+void Update(const Size& s, int t, const float* grads, Scratch* x,
+            int width) {
+  const auto& unique = x->unique;
+  const size_t u = unique.size(), n = x->positions.size();
+  float* sums = x->sums.data();
+  std::fill(sums, sums + u * kDim, 0.0f);
+  for (size_t i = 0; i < n; ++i) {
+    float* __restrict to = sums + x->positions[i] * kDim;
+    const float* __restrict g = grads + i * kDim;
+    for (int d = 0; d < kDim; ++d) to[d] += g[d];
+  }
+  float* table = s.table[t];
+  bool finite = true;
+  for (size_t r = 0; r < u; ++r) {
+    if (r + kAhead < u) Prefetch(table + unique[r + kAhead] * width, width / 16);
+    float* row = table + unique[r] * width;
+    memcpy(x->undo.data() + r * width, row, width * sizeof(float));
+    UpdateRow(sums + r * kDim, row, width);
+    finite &= AllFinite(row, width);
+  }
+  x->finite = finite;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int width = argc >= 3 ? RowWidth(argv[2]) : 0;
-  if (width == 0) {
-    fprintf(stderr, "usage: %s IDS sgd|adagrad|adam [ROWS...]\n", argv[0]);
+  const int width = argc >= 4 ? RowWidth(argv[2]) : 0;
+  const std::string kind = argc >= 4 ? argv[3] : "";
+  if (width == 0 || (kind != "rows" && kind != "step")) {
+    fprintf(stderr, "usage: %s IDS sgd|adagrad|adam rows|step [ROWS...]\n",
+            argv[0]);
     return 2;
   }
   std::vector<int64_t> keep;
-  for (int i = 3; i < argc; ++i) keep.push_back(std::atoll(argv[i]));
+  for (int i = 4; i < argc; ++i) keep.push_back(std::atoll(argv[i]));
   const auto sizes = ReadSizes(argv[1], width, keep);
   if (sizes.empty() || (!keep.empty() && sizes.size() != keep.size())) {
     fprintf(stderr, "%s: not a file of ids with the sizes asked for (see "
             "floor.cc)\n", argv[1]);
     return 2;
   }
-  size_t most = 0;
-  int tables = 0;
+  int tables = 0, batches = 0, batch = 0;
   for (const auto& s : sizes) {
     tables = std::max(tables, s->tables);
-    for (const auto& r : s->rows) most = std::max(most, r.size());
+    batches = std::max(batches, s->batches);
+    batch = std::max(batch, s->batch);
   }
-  const std::vector<float> g(most * kDim, 1e-3f);
-  std::vector<std::vector<float>> out(tables, std::vector<float>(most * kDim));
+  // rows: one gradient per distinct row. step: one per id, every batch and
+  // table its own (as the suite's embedding part feeds them), small and
+  // never zero.
+  const std::vector<float> row_grads(size_t(batch) * kDim, 1e-3f);
+  std::vector<float> id_grads;
+  if (kind == "step") {
+    id_grads.resize(size_t(batches) * tables * batch * kDim);
+    for (size_t k = 0; k < id_grads.size(); ++k) {
+      const uint32_t h = static_cast<uint32_t>(k) * 2654435761u;
+      id_grads[k] = float(1 + (h >> 16) % 1000) * 1e-6f;
+    }
+  }
+  std::vector<std::unique_ptr<Scratch>> scratch;
+  for (int t = 0; t < tables; ++t) {
+    scratch.push_back(std::make_unique<Scratch>(batch, width));
+  }
   // Lookups, then updates, of tables [begin, end) of one step.
   auto tables_of_step = [&](const Size& s, int step, int begin, int end) {
-    for (int t = begin; t < end; ++t) {
-      const auto& b = s.Rows(step, t);
-      for (size_t r = 0; r < b.size(); ++r) {
-        if (r + kAhead < b.size()) Prefetch(s.table[t] + b[r + kAhead] * width, 2);
-        memcpy(out[t].data() + r * kDim, s.table[t] + b[r] * width,
-               kDim * sizeof(float));
+    if (kind == "rows") {
+      for (int t = begin; t < end; ++t) {
+        const auto& b = s.Rows(step, t);
+        float* out = scratch[t]->out.data();
+        for (size_t r = 0; r < b.size(); ++r) {
+          if (r + kAhead < b.size()) {
+            Prefetch(s.table[t] + b[r + kAhead] * width, 2);
+          }
+          memcpy(out + r * kDim, s.table[t] + b[r] * width,
+                 kDim * sizeof(float));
+        }
       }
+      for (int t = begin; t < end; ++t) {
+        const auto& b = s.Rows(step, t);
+        for (size_t r = 0; r < b.size(); ++r) {
+          if (r + kAhead < b.size()) {
+            Prefetch(s.table[t] + b[r + kAhead] * width, width / 16);
+          }
+          UpdateRow(row_grads.data() + r * kDim, s.table[t] + b[r] * width,
+                    width);
+        }
+      }
+      return;
     }
     for (int t = begin; t < end; ++t) {
-      const auto& b = s.Rows(step, t);
-      for (size_t r = 0; r < b.size(); ++r) {
-        if (r + kAhead < b.size()) {
-          Prefetch(s.table[t] + b[r + kAhead] * width, width / 16);
-        }
-        UpdateRow(g.data() + r * kDim, s.table[t] + b[r] * width, width);
-      }
+      LookUp(s, step, t, scratch[t].get(), width);
+    }
+    for (int t = begin; t < end; ++t) {
+      const size_t first =
+          (size_t(step % s.batches) * s.tables + t) * s.batch * kDim;
+      Update(s, t, id_grads.data() + first, scratch[t].get(), width);
     }
   };
+  Helper helper;
   std::vector<std::vector<double>> ms(sizes.size());
   std::vector<int> done(sizes.size(), 0);
+  size_t last = 0;  // the size timed last
   for (int round = 0; round < kRounds; ++round) {
     for (size_t k = 0; k < sizes.size(); ++k) {
       const size_t i = round % 2 ? sizes.size() - 1 - k : k;
       const Size& s = *sizes[i];
+      last = i;
       const auto start = std::chrono::steady_clock::now();
       for (int j = 0; j < kSteps; ++j) {
         const int step = done[i]++;
-        std::thread other([&] { tables_of_step(s, step, 0, s.tables / 2); });
-        tables_of_step(s, step, s.tables / 2, s.tables);
-        other.join();
+        helper.Both([&] { tables_of_step(s, step, 0, s.tables / 2); },
+                    [&] { tables_of_step(s, step, s.tables / 2, s.tables); });
+        if (kind == "step") {  // all or nothing: no step here puts back
+          for (int t = 0; t < s.tables; ++t) {
+            if (!scratch[t]->finite) {
+              fprintf(stderr, "non-finite update\n");
+              return 1;
+            }
+          }
+        }
       }
       if (round < kWarmup) continue;
       ms[i].push_back(std::chrono::duration<double, std::milli>(
@@ -215,12 +405,28 @@ int main(int argc, char** argv) {
     }
   }
   for (size_t i = 0; i < sizes.size(); ++i) {
+    const Size& s = *sizes[i];
     std::sort(ms[i].begin(), ms[i].end());
     const double median = ms[i][ms[i].size() / 2];
-    const size_t distinct = sizes[i]->Distinct();
-    printf("%s, %ld rows x %d tables: %.3f ms per step (%zu distinct rows, "
-           "%.0f ns each)\n", argv[2], sizes[i]->vocab, sizes[i]->tables,
+    const size_t distinct = s.Distinct();
+    printf("%s %s, %ld rows x %d tables: %.3f ms per step (%zu distinct "
+           "rows, %.0f ns each)\n", argv[2], kind.c_str(), s.vocab, s.tables,
            median, distinct, median * 1e6 / distinct);
+  }
+  if (kind == "step") {
+    // What the last size timed computed: its parameters, and its last
+    // step's activations (the scratch holds that size's last lookup).
+    const Size& s = *sizes[last];
+    double parameters = 0, activations = 0;
+    for (int t = 0; t < s.tables; ++t) {
+      for (long r = 0; r < s.vocab; ++r) {
+        for (int d = 0; d < kDim; ++d) parameters += s.table[t][r * width + d];
+      }
+      for (const float a : scratch[t]->out) activations += a;
+    }
+    printf("%s step, %ld rows x %d tables: after %d steps the parameters sum "
+           "to %.9g, the last step's activations to %.9g\n", argv[2],
+           s.vocab, s.tables, done[last], parameters, activations);
   }
   return 0;
 }

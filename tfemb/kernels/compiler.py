@@ -26,6 +26,7 @@ SOURCES = [os.path.join(SOURCE_DIR, name) for name in (
 # build's source digest (`source_texts`), as the sources are.
 HEADERS = [os.path.join(SOURCE_DIR, name) for name in (
     "column_split.h",   # an interleaved table's rows put back after a save
+    "dedup.h",          # a step's distinct ids (benchmarks/floor.cc's too)
     "huge_pages.h",     # tables backed by 2 MiB pages
     "input_checks.h",   # a variable checked before it is read as floats
     "row_loops.h",      # a row's loops, compiled for the common widths
