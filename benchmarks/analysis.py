@@ -6,6 +6,7 @@ a row has stack, optimizer, vocab, status, median_ms, peak_rss, ... .
 
 from typing import Dict, List, Optional, Tuple
 
+from benchmarks import floor as floor_cc
 from benchmarks import procmem
 from benchmarks.stacks import BY_NAME
 
@@ -108,15 +109,27 @@ def traffic_bound(runs, bandwidth, optimizer, vocab) -> Optional[dict]:
   return out
 
 
+# The C++ floor's kinds (benchmarks/floor.py), the exact step first.
+FLOOR_KINDS = {"step": "the exact step", "rows": "the rows alone"}
+
+
 def floor(run, optimizer, kind="rows") -> Optional[Dict[int, float]]:
   """The C++ floor (benchmarks/floor.py) of one kind, "rows" (the rows
   alone) or "step" (the whole exact step): {rows per table: ms}; None where
   it was not measured (a results.json from before has no exact step)."""
-  key = {"rows": "ms", "step": "step_ms"}[kind]
+  key = floor_cc.KEYS[kind]
   for row in (run.get("floor") or {}).get("floors", []):
     if row["optimizer"] == optimizer and row["status"] == "ok" and key in row:
       return {int(size): ms for size, ms in row[key].items()}
   return None
+
+
+def floor_pair(run, optimizer, kind, small, large
+               ) -> Optional[Tuple[float, float]]:
+  """One kind of the C++ floor at `small` and `large` rows (ms), where it
+  was measured at both."""
+  ms = floor(run, optimizer, kind) or {}
+  return (ms[small], ms[large]) if small in ms and large in ms else None
 
 
 # Targets: memory and the peers; flatness, the traffic bound and both
@@ -168,10 +181,11 @@ def _flatness_target(run, opt, stack):
     measured = (f"{f['large']:,} / {f['small']:,} rows, separate "
                 f"processes: {f['ratio']:.2f}x")
   reachable = None
-  pair = {judged["small"], judged["large"]}
-  grows = {kind: ms[judged["large"]] - ms[judged["small"]]
-           for kind in ("step", "rows")
-           for ms in [floor(run, opt, kind) or {}] if pair <= set(ms)}
+  grows = {}
+  for kind in FLOOR_KINDS:
+    pair = floor_pair(run, opt, kind, judged["small"], judged["large"])
+    if pair:
+      grows[kind] = pair[1] - pair[0]
   if grows:
     allows = allowed_growth(stack, judged["small_ms"])
     if "step" in grows:

@@ -24,6 +24,7 @@ import os
 import platform
 import sys
 
+from benchmarks import analysis
 from benchmarks import procmem
 from benchmarks import report
 from benchmarks import runner
@@ -198,10 +199,10 @@ def run_floor(args, run, save, limits):
   save()
   for row in (out.result or {}).get("floors", []):
     print(f"floor    {row['optimizer']:8s} " + (
-        "exact step " + " / ".join(f"{ms:.3f}" for ms in
-                                   row["step_ms"].values()) +
-        " ms, rows alone " + " / ".join(f"{ms:.3f}" for ms in
-                                        row["ms"].values()) + " ms"
+        ", ".join(f"{name} " + " / ".join(
+            f"{ms:.3f}" for ms in analysis.floor(run, row["optimizer"],
+                                                 kind).values()) + " ms"
+                  for kind, name in analysis.FLOOR_KINDS.items())
         if row["status"] == "ok" else row["detail"]), flush=True)
   if not out.result:
     print(f"floor: {out.status}: {out.detail}", flush=True)

@@ -248,6 +248,26 @@ struct Scratch {
   bool finite = true;
 };
 
+// The rows alone (see KIND rows above): a table's distinct rows copied out,
+// then updated in place, one gradient row each.
+void CopyRows(const float* table, const std::vector<int64_t>& rows,
+              float* out, int width) {
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (r + kAhead < rows.size()) Prefetch(table + rows[r + kAhead] * width, 2);
+    memcpy(out + r * kDim, table + rows[r] * width, kDim * sizeof(float));
+  }
+}
+
+void UpdateRows(float* table, const std::vector<int64_t>& rows,
+                const float* grads, int width) {
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (r + kAhead < rows.size()) {
+      Prefetch(table + rows[r + kAhead] * width, width / 16);
+    }
+    UpdateRow(grads + r * kDim, table + rows[r] * width, width);
+  }
+}
+
 // The whole exact step's lookup of one table (see KIND step above).
 void LookUp(const Size& s, int step, int t, Scratch* x, int width) {
   const auto& ids = s.Ids(step, t);
@@ -305,7 +325,8 @@ void Update(const Size& s, int t, const float* grads, Scratch* x,
 int main(int argc, char** argv) {
   const int width = argc >= 4 ? RowWidth(argv[2]) : 0;
   const std::string kind = argc >= 4 ? argv[3] : "";
-  if (width == 0 || (kind != "rows" && kind != "step")) {
+  const bool exact = kind == "step";
+  if (width == 0 || (kind != "rows" && !exact)) {
     fprintf(stderr, "usage: %s IDS sgd|adagrad|adam rows|step [ROWS...]\n",
             argv[0]);
     return 2;
@@ -329,7 +350,7 @@ int main(int argc, char** argv) {
   // never zero.
   const std::vector<float> row_grads(size_t(batch) * kDim, 1e-3f);
   std::vector<float> id_grads;
-  if (kind == "step") {
+  if (exact) {
     id_grads.resize(size_t(batches) * tables * batch * kDim);
     for (size_t k = 0; k < id_grads.size(); ++k) {
       const uint32_t h = static_cast<uint32_t>(k) * 2654435761u;
@@ -342,37 +363,21 @@ int main(int argc, char** argv) {
   }
   // Lookups, then updates, of tables [begin, end) of one step.
   auto tables_of_step = [&](const Size& s, int step, int begin, int end) {
-    if (kind == "rows") {
-      for (int t = begin; t < end; ++t) {
-        const auto& b = s.Rows(step, t);
-        float* out = scratch[t]->out.data();
-        for (size_t r = 0; r < b.size(); ++r) {
-          if (r + kAhead < b.size()) {
-            Prefetch(s.table[t] + b[r + kAhead] * width, 2);
-          }
-          memcpy(out + r * kDim, s.table[t] + b[r] * width,
-                 kDim * sizeof(float));
-        }
+    for (int t = begin; t < end; ++t) {
+      if (exact) {
+        LookUp(s, step, t, scratch[t].get(), width);
+      } else {
+        CopyRows(s.table[t], s.Rows(step, t), scratch[t]->out.data(), width);
       }
-      for (int t = begin; t < end; ++t) {
-        const auto& b = s.Rows(step, t);
-        for (size_t r = 0; r < b.size(); ++r) {
-          if (r + kAhead < b.size()) {
-            Prefetch(s.table[t] + b[r + kAhead] * width, width / 16);
-          }
-          UpdateRow(row_grads.data() + r * kDim, s.table[t] + b[r] * width,
-                    width);
-        }
-      }
-      return;
     }
     for (int t = begin; t < end; ++t) {
-      LookUp(s, step, t, scratch[t].get(), width);
-    }
-    for (int t = begin; t < end; ++t) {
-      const size_t first =
-          (size_t(step % s.batches) * s.tables + t) * s.batch * kDim;
-      Update(s, t, id_grads.data() + first, scratch[t].get(), width);
+      if (exact) {
+        const size_t first =
+            (size_t(step % s.batches) * s.tables + t) * s.batch * kDim;
+        Update(s, t, id_grads.data() + first, scratch[t].get(), width);
+      } else {
+        UpdateRows(s.table[t], s.Rows(step, t), row_grads.data(), width);
+      }
     }
   };
   Helper helper;
@@ -389,7 +394,7 @@ int main(int argc, char** argv) {
         const int step = done[i]++;
         helper.Both([&] { tables_of_step(s, step, 0, s.tables / 2); },
                     [&] { tables_of_step(s, step, s.tables / 2, s.tables); });
-        if (kind == "step") {  // all or nothing: no step here puts back
+        if (exact) {  // all or nothing: no step here puts back
           for (int t = 0; t < s.tables; ++t) {
             if (!scratch[t]->finite) {
               fprintf(stderr, "non-finite update\n");
@@ -413,7 +418,7 @@ int main(int argc, char** argv) {
            "rows, %.0f ns each)\n", argv[2], kind.c_str(), s.vocab, s.tables,
            median, distinct, median * 1e6 / distinct);
   }
-  if (kind == "step") {
+  if (exact) {
     // What the last size timed computed: its parameters, and its last
     // step's activations (the scratch holds that size's last lookup).
     const Size& s = *sizes[last];

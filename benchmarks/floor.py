@@ -52,7 +52,9 @@ KERNEL_SOURCES = os.path.join(REPO, "tfemb", "kernels", "src")  # dedup.h
 # without -fno-math-errno the compiler keeps sqrt scalar (it may have to set
 # errno), which made Adam's rows cost twice their memory time.
 FLAGS = ["-O3", "-march=native", "-fno-math-errno"]
-KINDS = ("rows", "step")  # floor.cc's: the rows alone, the exact step
+# floor.cc's kinds (the rows alone, the exact step): each one's key in a
+# measured row, {size: ms per step}.
+KEYS = {"rows": "ms", "step": "step_ms"}
 _LINE = re.compile(r"^(\w+) (rows|step), (\d+) rows x \d+ tables: ([\d.]+) "
                    r"ms per step \((\d+) distinct rows")
 
@@ -125,7 +127,7 @@ def measure(binary: str, ids: str, optimizer: str, sizes: List[int],
   """One optimizer at `sizes` (ascending), side by side where they fit,
   each kind in a run of its own: {"ms": {size: ms}, "step_ms": ...}."""
   free = procmem.available()
-  by_kind = {kind: {} for kind in KINDS}
+  by_kind = {kind: {} for kind in KEYS}
   for group in groups(optimizer, sizes, free):
     need = _needs(optimizer, group)
     if free is not None and need > free - procmem.GIB:
@@ -133,7 +135,7 @@ def measure(binary: str, ids: str, optimizer: str, sizes: List[int],
               "detail": f"{format_size(group[-1])} rows: needs "
                         f"{need / procmem.GIB:.1f} GiB, "
                         f"{free / procmem.GIB:.1f} GiB available"}
-    for kind in KINDS:
+    for kind in KEYS:
       done = subprocess.run(
           [binary, ids, optimizer, kind] + [str(v) for v in group],
           capture_output=True, text=True, timeout=timeout, check=True)
@@ -141,11 +143,11 @@ def measure(binary: str, ids: str, optimizer: str, sizes: List[int],
       if sorted(timed) != group:
         raise RuntimeError(f"unexpected output from floor.cc: {done.stdout!r}")
       by_kind[kind].update(timed)
-  rows, step = by_kind["rows"], by_kind["step"]
-  return {"optimizer": optimizer, "status": "ok",
-          "ms": {str(v): rows[v]["ms"] for v in sizes},
-          "step_ms": {str(v): step[v]["ms"] for v in sizes},
-          "distinct": {str(v): rows[v]["distinct"] for v in sizes}}
+  out = {"optimizer": optimizer, "status": "ok"}
+  out.update({key: {str(v): by_kind[kind][v]["ms"] for v in sizes}
+              for kind, key in KEYS.items()})
+  out["distinct"] = {str(v): by_kind["rows"][v]["distinct"] for v in sizes}
+  return out
 
 
 def run(args) -> dict:

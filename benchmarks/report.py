@@ -60,6 +60,14 @@ def summary_table(run) -> List[str]:
   return lines
 
 
+def _floor_cell(pair) -> str:
+  """A C++ floor's large / small ms and its growth, or "-"."""
+  if not pair:
+    return "-"
+  small, large = pair
+  return f"{large:.2f} / {small:.2f} ({large - small:+.2f})"
+
+
 def flatness_table(run) -> List[str]:
   """The side-by-side runs of flatness.py (item 2), with the ratio of the
   separate runs beside them."""
@@ -75,14 +83,10 @@ def flatness_table(run) -> List[str]:
     sizes = f"{format_size(r['large'])} / {format_size(r['small'])}"
     separate = analysis.flatness(run["runs"], r["optimizer"], r["stack"])
     sep = f"{separate['ratio']:.2f}x" if separate else "-"
-    floors = []
-    for kind in ("step", "rows"):
-      floor = analysis.floor(run, r["optimizer"], kind) or {}
-      floors.append(
-          f"{floor[r['large']]:.2f} / {floor[r['small']]:.2f} "
-          f"({floor[r['large']] - floor[r['small']]:+.2f})"
-          if {r["small"], r["large"]} <= set(floor) else "-")
-    floors = " | ".join(floors)
+    floors = " | ".join(
+        _floor_cell(analysis.floor_pair(run, r["optimizer"], kind,
+                                        r["small"], r["large"]))
+        for kind in analysis.FLOOR_KINDS)
     if r["status"] != "ok":
       lines.append(f"| {r['optimizer']} | {BY_NAME[r['stack']].label} | "
                    f"{sizes} | {r['status']}: {r['detail']} | - | - | {sep} "
@@ -141,13 +145,12 @@ def floor_lines(run) -> List[str]:
       lines.append(f"- {row['optimizer']}: {row['status']}: "
                    f"{row.get('detail', '')}")
       continue
-    kinds = [(name, row[key]) for name, key in (("the exact step", "step_ms"),
-                                                ("the rows alone", "ms"))
-             if key in row]
+    kinds = [(name, analysis.floor(run, row["optimizer"], kind))
+             for kind, name in analysis.FLOOR_KINDS.items()]
     lines.append(f"- {row['optimizer']}: " + "; ".join(
-        f"{name} " + ", ".join(f"{format_size(int(s))} {ms:.3f}"
-                               for s, ms in by_size.items())
-        for name, by_size in kinds))
+        f"{name} " + ", ".join(f"{format_size(size)} {ms:.3f}"
+                               for size, ms in by_size.items())
+        for name, by_size in kinds if by_size))
   return lines
 
 
