@@ -393,3 +393,36 @@ def ranking_predictions(tables, features, head):
   act = np.concatenate([tables["users"][features["user"]],
                         tables["items"][features["item"][:, 0]]], axis=1)
   return act @ kernel + bias
+
+
+# --- benchmarks/floor.cc's exact step -----------------------------------------
+
+def floor_exact_steps(batches, grads, vocab, kind, p, lr, steps):
+  """benchmarks/floor.cc's exact step, `steps` times, from tables and slots
+  of zeros (float32, as floor.cc keeps them). Step k takes batch
+  k mod len(batches); per table its ids' activations are read, their
+  gradients summed per distinct row, and `rule(kind, p, ...)` applied once
+  to each distinct row. `batches[b][t]`: table t's ids; `grads[b, t]`: one
+  gradient row per id. Returns (the sum of every table's parameters, the
+  sum of the last step's activations), in float64."""
+  n_tables, dim = grads.shape[1], grads.shape[-1]
+  shape = (n_tables, vocab, dim)
+  w = np.zeros(shape, np.float32)
+  slots = {name: s.astype(np.float32) for name, s in initial_slots(
+      kind, {"initial_accumulator_value": 0.0}, shape).items()}
+  activations = 0.0
+  for step in range(steps):
+    b = step % len(batches)
+    activations = 0.0
+    for t in range(n_tables):
+      ids = batches[b][t]
+      activations += w[t][ids].sum(dtype=np.float64)
+      sums = np.zeros((vocab, dim), np.float32)
+      np.add.at(sums, ids, grads[b, t])  # in id order, as floor.cc adds
+      rows = np.unique(ids)
+      new_w, new_s = rule(kind, p, w[t][rows], sums[rows],
+                          {n: s[t][rows] for n, s in slots.items()}, lr)
+      w[t][rows] = new_w
+      for n, s in new_s.items():
+        slots[n][t][rows] = s
+  return w.sum(dtype=np.float64), activations

@@ -15,6 +15,7 @@ from benchmarks import floor
 from benchmarks import report
 from benchmarks import workload as workload_lib
 import helpers
+import reference
 
 ROOT = helpers.ROOT
 
@@ -28,38 +29,20 @@ def _distinct_per_step(vocab):
   return sum(per_batch) // len(per_batch)
 
 
-def _exact_steps(vocab, rule, steps):
-  """What floor.cc's exact step computes, after `steps` steps of the
-  workload at `vocab` rows from zero tables: (the sum of every table's
-  parameters, the sum of the last step's activations). Its rules, with
-  floor.cc's constants: sgd w -= 0.01 g; adagrad a += g^2, w -= 0.01 g /
-  sqrt(a). Each id's gradient: 1e-6 (1 + (k * 2654435761 mod 2^32) / 2^16
-  mod 1000) for the k-th float of [batches, tables, batch, dim]."""
+def _floor_inputs(vocab):
+  """floor.cc's exact-step inputs at `vocab` rows: the workload's ids per
+  batch and table, and each id's gradient, 1e-6 (1 + (k * 2654435761 mod
+  2^32) / 2^16 mod 1000) for the k-th float of [batches, tables, batch,
+  dim] (floor.cc's formula)."""
   work = workload_lib.Workload(vocab=vocab, optimizer="sgd")
-  batches = work.make_batches()
+  batches = [[features[name] for name in work.names]
+             for features, _ in work.make_batches()]
   shape = (len(batches), work.features, work.batch, work.dim)
   k = np.arange(np.prod(shape), dtype=np.uint64)
   h = (k * np.uint64(2654435761)) % np.uint64(2**32)
   grads = ((1 + (h >> np.uint64(16)) % np.uint64(1000)).astype(np.float32) *
            np.float32(1e-6)).reshape(shape)
-  w = np.zeros((work.features, vocab, work.dim), np.float32)
-  acc = np.zeros_like(w)
-  for step in range(steps):
-    b = step % len(batches)
-    activations = 0.0
-    for t, name in enumerate(work.names):
-      ids = batches[b][0][name]
-      activations += w[t][ids].sum(dtype=np.float64)
-      sums = np.zeros((vocab, work.dim), np.float32)
-      np.add.at(sums, ids, grads[b, t])  # one sum per distinct row
-      rows = np.unique(ids)
-      g = sums[rows]
-      if rule == "sgd":
-        w[t][rows] -= np.float32(0.01) * g
-      else:
-        acc[t][rows] += g * g
-        w[t][rows] -= np.float32(0.01) * g * (1 / np.sqrt(acc[t][rows]))
-  return w.sum(dtype=np.float64), activations
+  return batches, grads
 
 
 def test_the_exact_step_sums_each_rows_gradients_and_updates_it_once(
@@ -72,7 +55,9 @@ def test_the_exact_step_sums_each_rows_gradients_and_updates_it_once(
     m = re.search(r"after (\d+) steps the parameters sum to (\S+), the "
                   r"last step's activations to (\S+)", done.stdout)
     assert m, done.stdout
-    parameters, activations = _exact_steps(1000, rule, int(m.group(1)))
+    # floor.cc's rules: sgd and adagrad at learning rate 0.01.
+    parameters, activations = reference.floor_exact_steps(
+        *_floor_inputs(1000), 1000, rule, {}, 0.01, int(m.group(1)))
     # 330 steps of repeated ids (1000 rows, 4096 ids per table): summing
     # only one gradient per row, or updating a row once per id, would be
     # off by far more than the order of the float sums.
