@@ -39,7 +39,8 @@ UPDATE = "embedding update (row gradients, slots, scatters, checks)"
 
 # tfemb's fused kernels, by the part of the step they do.
 _LOOKUP_OPS = {"TfembDedupGather", "TfembIdCounts"}
-_UPDATE_OPS = {"TfembRowGradients", "TfembApplyRows", "TfembRestoreRows"}
+_UPDATE_OPS = {"TfembRowGradients", "TfembApplyRows", "TfembRestoreRows",
+               "TfembApplyTables"}
 
 
 def category(op_name: str, op_type: str = "") -> str:

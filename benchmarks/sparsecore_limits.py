@@ -7,7 +7,7 @@ the same step without one: the cost of counting the id limits in the step.
 The suite's workload with 4 tables (dim 32, batch 4096 of Zipf ids, 100k
 rows each, all stacked into one by `TPUEmbeddingV2`), Adagrad, the
 embedding part of a step (`embedding(features)` then `apply_gradients`,
-`TFEMB_STEPS_PER_CALL` steps per `tf.function` call, 8 by default, as the
+`TFEMB_STEPS_PER_CALL` steps per `tf.function` call, 32 by default, as the
 suite's `tfemb-emb-v2` stack). Built once without a config and once per
 config, in one process, and timed in alternating rounds (the order turns
 each round, so a drift of the host falls on every one); each round gives

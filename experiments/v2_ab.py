@@ -8,7 +8,7 @@ The suite's workload (8 tables of width 32, stacked into one by
 `TPUEmbeddingV2`, batch 4096, Zipf ids) trained by both generations:
 `--api mid` the embedding part of a step through the mid-level API
 (stacks `tfemb-emb` and `tfemb-emb-v2`, `TFEMB_STEPS_PER_CALL` steps per
-call, 8 by default), `--api keras` the whole Keras training step of the
+call, 32 by default), `--api keras` the whole Keras training step of the
 layer (`tfemb`, and `tfemb-v2`: the layer following the SparseCore).
 
 By default both are built in one process and timed in alternating blocks

@@ -9,6 +9,7 @@ import sys
 
 import helpers
 from benchmarks import profile
+from benchmarks.stacks import tfemb_common
 from tfemb.kernels import build
 
 LOOKUP = "embedding lookup (dedup, gather, combine, input checks)"
@@ -19,7 +20,8 @@ def test_fused_kernels_are_filed_by_type_whatever_their_name():
   # The embedding part's ops carry no Keras name scope.
   assert profile.category("TfembDedupGather_3", "TfembDedupGather") == LOOKUP
   assert profile.category("TfembIdCounts", "TfembIdCounts") == LOOKUP
-  for op in ("TfembRowGradients", "TfembApplyRows", "TfembRestoreRows"):
+  for op in ("TfembRowGradients", "TfembApplyRows", "TfembRestoreRows",
+             "TfembApplyTables"):
     assert profile.category(f"critical_section_execute/{op}_1", op) == UPDATE
   # The Keras layer's ops keep being filed by name.
   assert profile.category("functional/tpu_embedding/Unique", "Unique") == \
@@ -31,9 +33,9 @@ def test_fused_kernels_are_filed_by_type_whatever_their_name():
 
 
 def test_embedding_part_is_profiled_per_step(tmp_path):
-  """Two calls of the embedding part, 8 steps each, traced: every step
-  runs each of the workload's 8 tables through the fused lookup and
-  update, once."""
+  """Two calls of the embedding part, `steps_per_call` steps each,
+  traced: every step runs each of the workload's 8 tables through the fused
+  lookup, and one fused update takes them all."""
   assert build.load() is not None, "the fused kernels did not build"
   env = dict(os.environ, PYTHONPATH=str(helpers.ROOT))
   env.pop("TFEMB_FUSED_KERNELS", None)  # the default: the fused kernels
@@ -48,12 +50,13 @@ def test_embedding_part_is_profiled_per_step(tmp_path):
   assert done.returncode == 0, done.stderr[-3000:]
   s = json.loads(out.read_text())
   assert s["stack"] == "tfemb-emb"
-  assert s["steps"] == 2 * 8  # calls x the steps each runs
+  # calls x the steps each runs
+  assert s["steps"] == 2 * tfemb_common.steps_per_call()
   parts = {name for name, _, _ in s["by_part"]}
   assert LOOKUP in parts and UPDATE in parts
   types = {name for name, _, _ in s["by_type"]}
   assert {"TfembDedupGather", "TfembRowGradients",
-          "TfembApplyRows"} <= types
+          "TfembApplyTables"} <= types
   assert s["unprofiled_median_ms"] > 0
   # The wall time of each traced call, per step.
   assert len(s["step_wall_ms"]) == 2 and min(s["step_wall_ms"]) > 0

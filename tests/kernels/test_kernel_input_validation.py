@@ -74,6 +74,16 @@ def restore(table, slots, id_list, undo, keep=False, **kw):
       undo=undo, keep=tf.constant(keep), **kw)
 
 
+def tables(variables, id_list, grads, lrs, go=True, attrs=SGD, **kw):
+  """TfembApplyTables of tables "t", "u", ... (`variables`: each table's,
+  its parameters then its slots)."""
+  kw.setdefault("table_names", ["t", "u"][:len(id_list)])
+  return lib.tfemb_apply_tables(
+      variables=[v.handle for v in variables], ids=id_list, gradients=grads,
+      learning_rates=lrs, gradients_finite=tf.constant(go),
+      **dict(attrs, **kw))
+
+
 def row_gradients(grads, positions, unique):
   return lib.tfemb_row_gradients(gradients=grads, positions=positions,
                                  unique_ids=unique, table_name="t",
@@ -225,6 +235,37 @@ CASES = {
                                          rule="Nope"), [T]),
     "apply_clip_bounds": (lambda: apply(T, [], ids(0, 1), G2, LR,
                                         clip_gradient=[1.0]), [T]),
+    # TfembApplyTables
+    "tables_vector_learning_rate": (
+        lambda: tables([T, S], [ids(0), ids(1)], [tf.ones([1, 2])] * 2,
+                       [LR, tf.constant([0.1, 0.2])]), [T, S]),
+    "tables_vector_gradients_finite": (
+        lambda: tables([T], [ids(0, 1)], [G2], [LR], go=[True, True]), [T]),
+    "tables_gradient_rows_mismatch": (
+        lambda: tables([T, S], [ids(0, 1), ids(1)], [G2, G2], [LR, LR]),
+        [T, S]),
+    "tables_gradient_of_other_width": (
+        lambda: tables([T], [ids(0, 1)], [tf.ones([2, 3])], [LR]), [T]),
+    "tables_second_table_id_out_of_range": (
+        lambda: tables([T, S], [ids(0, 1), ids(6)], [G2, tf.ones([1, 2])],
+                       [LR, LR]), [T, S]),
+    "tables_negative_id": (
+        lambda: tables([T], [ids(-1, 0)], [G2], [LR]), [T]),
+    "tables_int_table": (
+        lambda: tables([T, I32], [ids(0), ids(1)], [tf.ones([1, 2])] * 2,
+                       [LR, LR]), [T, I32]),
+    "tables_slot_of_other_rows": (
+        lambda: tables([T, SHORT], [ids(0, 1)], [G2], [LR], attrs=ADAGRAD),
+        [T, SHORT]),
+    "tables_missing_slot": (
+        lambda: tables([T, S], [ids(0), ids(1)], [tf.ones([1, 2])] * 2,
+                       [LR, LR], attrs=ADAGRAD), [T, S]),
+    "tables_names_count": (
+        lambda: tables([T, S], [ids(0), ids(1)], [tf.ones([1, 2])] * 2,
+                       [LR, LR], table_names=["t"]), [T, S]),
+    "tables_interleaved_of_other_width": (
+        lambda: tables([WIDE], [ids(0, 1)], [G2], [LR], attrs=ADAGRAD,
+                       interleaved=True), [WIDE]),
     # TfembRestoreRows
     "restore_vector_keep": (
         lambda: restore(T, [], [ids(0, 1)], G2, keep=[False, False]), [T]),
@@ -382,7 +423,8 @@ def results():
 def test_the_cases_cover_every_op_with_inputs():
   names = _case_names()
   assert len(names) == len(set(names)) >= 40
-  for op in ("gather", "counts", "row_gradients", "apply", "restore",
+  for op in ("gather", "counts", "row_gradients", "apply", "tables",
+             "restore",
              "read_columns", "write_columns", "split_columns"):
     assert any(n.startswith(op + "_") for n in names), op
 
@@ -427,6 +469,12 @@ traced = {
     "restore_undo": lambda: tf.function(
         lambda: restore(T, [], [ids(0, 1)], tf.ones([4]))
     ).get_concrete_function(),
+    "tables_lr": lambda: tf.function(
+        lambda: tables([T], [ids(0, 1)], [G2], [tf.constant([0.1, 0.2])])
+    ).get_concrete_function(),
+    "tables_rows": lambda: tf.function(
+        lambda: tables([T], [ids(0, 1, 2)], [G2], [LR])
+    ).get_concrete_function(),
 }
 for name, trace in traced.items():
   try:
@@ -442,7 +490,7 @@ for name, trace in traced.items():
   if any(r["case"] == "__build__" for r in records):
     pytest.skip("the fused kernels cannot be built here (no C++ compiler)")
   assert done.returncode == 0, done.stderr[-2000:]
-  assert len(records) == 6, done.stderr[-2000:]
+  assert len(records) == 8, done.stderr[-2000:]
   for r in records:
     assert r["error"] is not None, r["case"]
     assert r["error"][0] == "ValueError", r

@@ -81,7 +81,8 @@ def _expected_table():
 def test_without_the_kernels_the_engine_uses_tensorflow_ops(env, tmp_path):
   out, stderr = _run(env, tmp_path)
   assert not out["loaded"]
-  assert "Unique" in out["types"] and "TfembApplyRows" not in out["types"]
+  assert "Unique" in out["types"]
+  assert not {"TfembApplyRows", "TfembApplyTables"} & set(out["types"])
   np.testing.assert_allclose(out["table"], _expected_table(), rtol=1e-6)
   if "CXX" in env:  # said once, with the reason
     assert "fused CPU kernels unavailable" in stderr
@@ -95,7 +96,7 @@ def test_without_the_kernels_the_engine_uses_tensorflow_ops(env, tmp_path):
 def test_a_fresh_cache_builds_the_kernels_and_uses_them(tmp_path):
   out, _ = _run({}, tmp_path)
   assert out["loaded"]
-  assert out["types"].count("TfembApplyRows") == 1
+  assert out["types"].count("TfembApplyTables") == 1
   assert "Unique" not in out["types"]
   np.testing.assert_allclose(out["table"], _expected_table(), rtol=1e-6)
   built = os.listdir(tmp_path / "cache")
@@ -110,7 +111,7 @@ def test_an_unwritable_home_falls_back_to_a_temporary_cache(tmp_path):
   env = {"HOME": str(blocker / "home"), "XDG_CACHE_HOME": ""}
   out, _ = _run(env, tmp_path, cache=None)
   assert out["loaded"]
-  assert out["types"].count("TfembApplyRows") == 1
+  assert out["types"].count("TfembApplyTables") == 1
 
 
 def test_a_built_library_is_reused_without_compiling(monkeypatch):

@@ -8,7 +8,8 @@ and those built on them above the host engine (`TPUEmbeddingV2`'s
 """
 
 import abc
-from typing import Any, Callable, List, NamedTuple, Sequence, Tuple, Union
+from typing import (Any, Callable, Hashable, List, NamedTuple, Optional,
+                    Sequence, Tuple, Union)
 
 import tensorflow as tf
 
@@ -80,6 +81,24 @@ class TablePath(abc.ABC):
     after every other update of the step is computed (a failing assert in
     theirs stops the step before this one writes)."""
     return False
+
+  def together_key(self) -> Optional[Hashable]:
+    """Where not None, the step's update may be one `update_together` of
+    every table, when every table's path gives an equal key here; else
+    each table's update is `prepare`d under the step's lock."""
+    return None
+
+  @classmethod
+  def update_together(cls, paths: Sequence["TablePath"],
+                      ids: Sequence[tf.Tensor], grads: Sequence[tf.Tensor],
+                      lrs: Sequence[tf.Tensor],
+                      gradients_finite: tf.Tensor) -> List[tf.Tensor]:
+    """Every table's update (by table, as in `prepare`) in one op that is
+    all or nothing by itself, needing no lock: each table's new rows and
+    slots written where all are finite, else none (and, unless
+    `gradients_finite`, nothing computed). Returns each table's
+    finiteness. Only for paths that give a `together_key`."""
+    raise NotImplementedError(f"{cls.__name__} updates its tables one by one")
 
   @abc.abstractmethod
   def prepare(self, batch, ids: tf.Tensor, grads: tf.Tensor, lr: tf.Tensor,

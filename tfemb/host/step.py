@@ -250,7 +250,12 @@ def _commit(policy: NonFinitePolicy, updates: Sequence[_TableUpdate],
   update is written once every update is known finite; an `InPlace` one,
   written as it was computed, is taken back unless they all are, before
   anything else of the step can see it (a refused step fails after that).
-  Returns whether the step was written."""
+  Returns whether the step was written. Where every table's path can
+  update them all in one op (`TablePath.together_key`), that op alone,
+  all or nothing by itself, with no lock (`_commit_together`)."""
+  if _together(updates, more):
+    return _commit_together(policy, updates, rates, checks, finite, raising,
+                            counted)
 
   def update():
     def prepare(u, lr):
@@ -293,6 +298,40 @@ def _commit(policy: NonFinitePolicy, updates: Sequence[_TableUpdate],
       return tf.identity(written)
 
   return policy.serialized(update)
+
+
+def _together(updates: Sequence[_TableUpdate], more: Sequence[Update]
+              ) -> bool:
+  """Whether one op of the tables' paths can take the step's whole update
+  (`TablePath.update_together`): no update beside the tables', and every
+  table's path of one class with one key."""
+  if more or not updates:
+    return False
+  keys = {(type(u.path), u.path.together_key()) for u in updates}
+  return len(keys) == 1 and None not in next(iter(keys))
+
+
+def _commit_together(policy: NonFinitePolicy,
+                     updates: Sequence[_TableUpdate], rates, checks, finite,
+                     raising: bool, counted: bool) -> tf.Tensor:
+  """`_commit` as one op of the tables' paths, once every check has
+  passed. It locks every variable it writes for as long as it runs and
+  waits for nothing meanwhile, so it needs no lock of the step's: what
+  the lock keeps (no update lost to a concurrent step, none half taken
+  back) the op keeps by itself."""
+  go = tf.constant(True) if raising else tf.reduce_all(finite)
+  with tf.control_dependencies(checks):
+    applied = type(updates[0].path).update_together(
+        [u.path for u in updates], [u.ids for u in updates],
+        [u.grads for u in updates], rates, go)
+  value_checks = policy.checks(
+      applied, [u.path.table.name for u in updates]) if raising else []
+
+  def write():
+    with tf.control_dependencies(value_checks + list(applied)):
+      return tf.constant(True)
+
+  return policy.run(list(finite) + list(applied), write, raising, counted)
 
 
 def _count_step(counting: Sequence[optimizers.CountingLearningRate],

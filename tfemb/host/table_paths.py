@@ -5,7 +5,7 @@ same numbers:
 
 | path | when | lookup | row gradients | update |
 |---|---|---|---|---|
-| `FusedTable` | training steps of CPU tables (plain or mirrored) | one kernel: range check, dedup, gather | one kernel | one kernel, in place, all or nothing (taken back if another table's is not finite) |
+| `FusedTable` | training steps of CPU tables (plain or mirrored) | one kernel: range check, dedup, gather | one kernel | one kernel, in place, all or nothing (taken back if another table's is not finite); one kernel for every table of a step that shares one rule |
 | `OpsTable` | direct lookups; tables on a GPU or parameter servers; non-lazy Adam; `Options(fused_kernels=False)` | `tf.unique` beside a resource gather (each id's row in training, each distinct row otherwise) | `scatter_nd` | gather, `update_rules`, scatter |
 
 A table whose rows are laid out as on a SparseCore (`TPUEmbeddingV2`'s,
@@ -186,6 +186,19 @@ class FusedTable(_Path):
 
   def updates_in_place(self) -> bool:
     return fused_ops.in_place_here(self.variables)
+
+  def together_key(self):
+    if not self.updates_in_place():
+      return None
+    return fused_ops.update_key(self.table, self.variables)
+
+  @classmethod
+  def update_together(cls, paths, ids, grads, lrs, gradients_finite):
+    for path in paths:
+      sparse_update.optimizer_of(path.table)
+    return fused_ops.apply_tables([p.table for p in paths],
+                                  [p.variables for p in paths], ids, grads,
+                                  lrs, gradients_finite)
 
   def prepare(self, batch: FusedBatch, ids, grads, lr, global_batch: bool,
               staged: None = None) -> Union[Pending, InPlace]:

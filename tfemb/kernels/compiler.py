@@ -14,7 +14,7 @@ SOURCE_DIR = os.path.join(os.path.dirname(__file__), "src")
 # One file per kernel (or pair of kernels), with its op's registration; a
 # build compiles them as one translation unit (`compile_command`).
 SOURCES = [os.path.join(SOURCE_DIR, name) for name in (
-    "apply_rows.cc",          # TfembApplyRows, TfembRestoreRows
+    "apply_rows.cc",          # TfembApplyRows/Tables, TfembRestoreRows
     "column_split.cc",        # TfembSplitColumns, TfembRejoinColumns
     "dedup_gather.cc",        # TfembDedupGather
     "huge_pages.cc",          # TfembAdviseHugePages

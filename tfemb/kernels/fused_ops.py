@@ -18,6 +18,10 @@ below is one op per table, run by the build this process loaded
   nothing: whether the new rows and slots are finite (else nothing
   changed), and the rows as they were; `restore_rows(...)` puts them back
   when the step as a whole is not finite.
+* `apply_tables(tables, variables, ids, grads, lrs, gradients_finite)`:
+  `apply_rows` on several tables of one rule (`update_key`) in one op, all
+  or nothing by itself: a step's whole update, with no lock around it and
+  nothing to restore after it.
 * `read_columns`, `write_columns`, `split_columns`, `rejoin_columns`: an
   interleaved table's columns (`tfemb.interleaved_tables`), read, written,
   and saved without a second copy of the table.
@@ -53,7 +57,7 @@ from tfemb import variable_view
 from tfemb.kernels import build
 
 for _op in ("TfembDedupGather", "TfembRowGradients", "TfembApplyRows",
-            "TfembRestoreRows", "TfembIdCounts",
+            "TfembRestoreRows", "TfembApplyTables", "TfembIdCounts",
             "TfembWriteColumns", "TfembSplitColumns", "TfembRejoinColumns"):
   tf.no_gradient(_op)
 # A lookup only reads its table (under a shared lock): in a tf.function it
@@ -282,6 +286,34 @@ def apply_rows(table, variables, ids, grads, lr) -> Applied:
       table_names=[table.name], **_variable_inputs(table, variables),
       **update_attributes(table.optimizer))
   return Applied(finite[0], undo)
+
+
+def update_key(table, variables) -> tuple:
+  """What tables must share to be updated by one `apply_tables`: the
+  rule, its constants, clipping and weight decay, and the layout of the
+  slots (beside the parameters or not)."""
+  attributes = update_attributes(table.optimizer)
+  return (tuple((k, tuple(v) if isinstance(v, list) else v)
+                for k, v in sorted(attributes.items())),
+          bool(_row_width(variables["parameters"])))
+
+
+def apply_tables(tables, variables, ids, grads, lrs,
+                 gradients_finite) -> List[tf.Tensor]:
+  """`apply_rows` on every table of `tables` (one `update_key`), with
+  `variables`, `ids`, `grads` and learning rates `lrs` by table, in one op:
+  each table's new rows and slots are written in place and all are put
+  back if any is not finite. Returns whether each table's new values are
+  finite. Unless `gradients_finite` (a bool scalar), nothing is computed or
+  written (and every table's answer is True)."""
+  inputs = [_variable_inputs(t, v) for t, v in zip(tables, variables)]
+  return _library().tfemb_apply_tables(
+      variables=[h for i in inputs for h in [i["parameters"]] + i["slots"]],
+      ids=list(ids), gradients=list(grads), learning_rates=list(lrs),
+      gradients_finite=gradients_finite,
+      table_names=[t.name for t in tables],
+      interleaved=inputs[0]["interleaved"],
+      **update_attributes(tables[0].optimizer))
 
 
 def restore_rows(table, variables, ids, applied: Applied, keep):

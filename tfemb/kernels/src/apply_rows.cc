@@ -5,7 +5,9 @@
 // later, when another table of the step turned out not finite. Several
 // tables stacked in one variable (disjoint rows, one optimizer) are one op:
 // a part per table. With `interleaved`, the slots sit beside the parameters
-// in one variable of [rows, (1 + slots) x dim].
+// in one variable of [rows, (1 + slots) x dim]. TfembApplyTables updates
+// several tables with variables of their own in one op, all or nothing by
+// itself.
 
 #define EIGEN_USE_THREADS
 
@@ -41,20 +43,26 @@ struct Part {
   int64_t u;
 };
 
-// The variables of one table or stack (parameters, then slots), looked up,
-// checked as float matrices of one shape, and locked for writing in address
-// order (as TF's MaybeLockVariableInputMutexesInOrder) until destroyed.
-class LockedTable {
+// The variables of one or more tables (each its parameters, then its
+// slots), looked up, checked as float matrices of one shape per table, and
+// locked for writing in address order across all of them (as TF's
+// MaybeLockVariableInputMutexesInOrder) until destroyed. Tables stacked in
+// one variable name it more than once: it is locked once.
+class LockedTables {
  public:
-  // Variables are inputs [0, num_vars); rows are `stride` floats wide.
-  absl::Status Open(OpKernelContext* ctx, int num_vars, int64_t stride,
-                    int slots, bool interleaved, const std::string& names) {
-    vars_.resize(num_vars);
-    for (int i = 0; i < num_vars; ++i) {
+  // Table t's variables are inputs [first + t * per_table, ...) and its
+  // rows `strides[t]` floats wide; `names[t]` names it in errors.
+  absl::Status Open(OpKernelContext* ctx, int first, int per_table,
+                    const std::vector<int64_t>& strides, int slots,
+                    bool interleaved, const std::vector<std::string>& names) {
+    const int tables = static_cast<int>(strides.size());
+    vars_.resize(tables * per_table);
+    for (int i = 0; i < tables * per_table; ++i) {
       TF_RETURN_IF_ERROR(
-          LookupResource(ctx, HandleFromInput(ctx, i), &vars_[i]));
+          LookupResource(ctx, HandleFromInput(ctx, first + i), &vars_[i]));
       TF_RETURN_IF_ERROR(CheckFloatMatrix(
-          vars_[i].get(), absl::StrCat("Table `", names, "`: variable ", i)));
+          vars_[i].get(), absl::StrCat("Table `", names[i / per_table],
+                                       "`: variable ", i % per_table)));
       TF_RETURN_IF_ERROR(::tensorflow::EnsureSparseVariableAccess<
                          CPUDevice, float>(ctx, vars_[i].get()));
     }
@@ -63,44 +71,60 @@ class LockedTable {
     order_.erase(std::unique(order_.begin(), order_.end()), order_.end());
     for (Var* v : order_) v->mu()->lock();
     locked_ = true;
-    std::vector<float*> data(3, nullptr);
-    for (int i = 0; i < num_vars; ++i) {
-      RejoinColumns(vars_[i].get());
-      Tensor* t = vars_[i]->tensor();
-      if (t->dtype() != ::tensorflow::DT_FLOAT || t->dims() != 2 ||
-          t->dim_size(1) != stride || (i > 0 && t->dim_size(0) != rows)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "Table `", names, "`: variable ", i, " has shape ",
-            t->shape().DebugString(), ", expected [rows, ", stride,
-            "] float32"));
-      }
-      if (i == 0) rows = t->dim_size(0);
-      data[i] = t->flat<float>().data();
-      BackWithHugePages(vars_[i].get(), *t);
+    tables_.resize(tables);
+    for (int t = 0; t < tables; ++t) {
+      TF_RETURN_IF_ERROR(OpenTable(t, per_table, strides[t], slots,
+                                   interleaved, names[t]));
     }
-    if (interleaved) {  // the slots' columns follow the parameters'
-      const int64_t dim = stride / (1 + slots);
-      for (int i = 1; i <= slots; ++i) data[i] = data[0] + i * dim;
-    }
-    w = data[0];
-    s0 = data[1];
-    s1 = data[2];
     return absl::OkStatus();
   }
 
-  ~LockedTable() {
+  ~LockedTables() {
     if (!locked_) return;
     for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
       (*it)->mu()->unlock();
     }
   }
 
-  int64_t rows = 0;
-  float *w = nullptr, *s0 = nullptr, *s1 = nullptr;
+  struct Table {
+    int64_t rows = 0;
+    float *w = nullptr, *s0 = nullptr, *s1 = nullptr;
+  };
+  const Table& table(int t) const { return tables_[t]; }
 
  private:
+  absl::Status OpenTable(int t, int per_table, int64_t stride, int slots,
+                         bool interleaved, const std::string& name) {
+    Table& table = tables_[t];
+    std::vector<float*> data(3, nullptr);
+    for (int i = 0; i < per_table; ++i) {
+      Var* var = vars_[t * per_table + i].get();
+      RejoinColumns(var);
+      Tensor* x = var->tensor();
+      if (x->dtype() != ::tensorflow::DT_FLOAT || x->dims() != 2 ||
+          x->dim_size(1) != stride || (i > 0 && x->dim_size(0) != table.rows)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Table `", name, "`: variable ", i, " has shape ",
+            x->shape().DebugString(), ", expected [rows, ", stride,
+            "] float32"));
+      }
+      if (i == 0) table.rows = x->dim_size(0);
+      data[i] = x->flat<float>().data();
+      BackWithHugePages(var, *x);
+    }
+    if (interleaved) {  // the slots' columns follow the parameters'
+      const int64_t dim = stride / (1 + slots);
+      for (int i = 1; i <= slots; ++i) data[i] = data[0] + i * dim;
+    }
+    table.w = data[0];
+    table.s0 = data[1];
+    table.s1 = data[2];
+    return absl::OkStatus();
+  }
+
   std::vector<RefCountPtr<Var>> vars_;
   std::vector<Var*> order_;
+  std::vector<Table> tables_;
   bool locked_ = false;
 };
 
@@ -120,41 +144,55 @@ absl::Status CheckIdRange(const std::vector<Part>& parts, int64_t rows,
   return absl::OkStatus();
 }
 
-// fn(part, index) for every part, the parts shared out as they are taken:
-// this thread takes them one after another, and so does each of the CPU's
-// worker threads that starts before they are all taken (one op covers
+// fn(k) for k in [0, n), shared out as they are taken: this thread takes
+// them one after another, and so does each of the CPU's worker threads
+// that starts before they are all taken (one op covers several tables, or
 // tables stacked in one variable, which separate ops would have updated
 // side by side). A worker that starts late finds none left: nothing waits
 // for it.
 template <typename F>
-void ForParts(OpKernelContext* ctx, const std::vector<Part>& parts, F&& fn) {
-  const int n = static_cast<int>(parts.size());
+void ForEach(OpKernelContext* ctx, int n, F&& fn) {
   if (n == 1) {
-    fn(parts[0], 0);
+    fn(0);
     return;
   }
   struct Shared {
-    std::atomic<int> next{0};  // the next part to take
-    std::atomic<int> done{0};  // parts finished
+    std::atomic<int> next{0};  // the next k to take
+    std::atomic<int> done{0};  // ks finished
     std::function<void(int)> run;
   };
   auto shared = std::make_shared<Shared>();
-  shared->run = [&](int k) { fn(parts[k], k); };
+  shared->run = [&](int k) { fn(k); };
   auto take = [](Shared* s, int n) {
     for (int k; (k = s->next.fetch_add(1)) < n;) {
       s->run(k);
       s->done.fetch_add(1, std::memory_order_release);
     }
   };
+  // The helpers run on the executor's own threads (its runner), which are
+  // awake between ops: a worker of the intra-op pool, asleep, would start
+  // tens of microseconds late (benchmarks/profile.py shows it).
   const auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
   const int helpers = std::min(n, workers->num_threads) - 1;
   for (int i = 0; i < helpers; ++i) {
-    workers->workers->Schedule([shared, n, take] { take(shared.get(), n); });
+    auto help = [shared, n, take] { take(shared.get(), n); };
+    if (ctx->runner() != nullptr) {
+      (*ctx->runner())(help);
+    } else {
+      workers->workers->Schedule(help);
+    }
   }
   take(shared.get(), n);
   while (shared->done.load(std::memory_order_acquire) < n) {
-    std::this_thread::yield();  // a part a worker has taken, finishing
+    std::this_thread::yield();  // a k a worker has taken, finishing
   }
+}
+
+// fn(part, index) for every part, as ForEach shares them out.
+template <typename F>
+void ForParts(OpKernelContext* ctx, const std::vector<Part>& parts, F&& fn) {
+  ForEach(ctx, static_cast<int>(parts.size()),
+          [&](int k) { fn(parts[k], k); });
 }
 
 // Each part's first row in the undo rows: the parts' rows one after the
@@ -168,10 +206,12 @@ std::vector<int64_t> FirstRows(const std::vector<Part>& parts) {
 }
 
 // Per part: `ids` vector and `rows` [ids, dim] (dim the same for every
-// part, -1 until the first); the error names the part's table.
+// part, -1 until the first, unless `dims` takes each part's); the error
+// names the part's table.
 absl::Status ReadParts(OpKernelContext* ctx, int first_ids,
                        const std::vector<std::string>& names, bool per_part,
-                       std::vector<Part>* parts, int64_t* dim) {
+                       std::vector<Part>* parts, int64_t* dim,
+                       std::vector<int64_t>* dims = nullptr) {
   const int n = static_cast<int>(parts->size());
   for (int k = 0; k < n; ++k) {
     const Tensor& ids = ctx->input(first_ids + k);
@@ -185,37 +225,36 @@ absl::Status ReadParts(OpKernelContext* ctx, int first_ids,
     const Tensor& grads = ctx->input(first_ids + n + k);
     const int64_t u = ids.dim_size(0);
     if (grads.dims() != 2 || grads.dim_size(0) != u ||
-        (*dim >= 0 && grads.dim_size(1) != *dim)) {
+        (dims == nullptr && *dim >= 0 && grads.dim_size(1) != *dim)) {
       return absl::InvalidArgumentError(
           absl::StrCat("Table `", names[k], "`: ", u, " ids but gradients ",
                        grads.shape().DebugString()));
     }
     *dim = grads.dim_size(1);
+    if (dims != nullptr) dims->push_back(*dim);
     (*parts)[k].rows = grads.flat<float>().data();
   }
   return absl::OkStatus();
 }
 
-class ApplyRowsOp : public OpKernel {
+// The update's rule and constants, from an op's attributes (TfembApplyRows'
+// and TfembApplyTables').
+class RuleAttrs {
  public:
-  explicit ApplyRowsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  absl::Status Read(OpKernelConstruction* ctx) {
     std::string rule;
     std::vector<float> h, clip_g, clip_w;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_names", &table_names_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_parts", &num_parts_));
-    OP_REQUIRES(ctx, static_cast<int>(table_names_.size()) == num_parts_,
-                absl::InvalidArgumentError(
-                    "table_names: one name per part (ids, gradients)"));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("rule", &rule));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("hyperparameters", &h));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("clip_gradient", &clip_g));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("clip_weight", &clip_w));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("weight_decay_factor", &p_.decay));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("multiply_weight_decay_by_lr",
-                                     &decay_by_lr_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("interleaved", &interleaved_));
-    OP_REQUIRES(ctx, clip_g.size() == 2 && clip_w.size() == 2,
-                absl::InvalidArgumentError("clip bounds: [min, max]"));
+    TF_RETURN_IF_ERROR(ctx->GetAttr("rule", &rule));
+    TF_RETURN_IF_ERROR(ctx->GetAttr("hyperparameters", &h));
+    TF_RETURN_IF_ERROR(ctx->GetAttr("clip_gradient", &clip_g));
+    TF_RETURN_IF_ERROR(ctx->GetAttr("clip_weight", &clip_w));
+    TF_RETURN_IF_ERROR(ctx->GetAttr("weight_decay_factor", &p_.decay));
+    TF_RETURN_IF_ERROR(
+        ctx->GetAttr("multiply_weight_decay_by_lr", &decay_by_lr_));
+    TF_RETURN_IF_ERROR(ctx->GetAttr("interleaved", &interleaved));
+    if (clip_g.size() != 2 || clip_w.size() != 2) {
+      return absl::InvalidArgumentError("clip bounds: [min, max]");
+    }
     p_.clip_g_min = clip_g[0];
     p_.clip_g_max = clip_g[1];
     p_.clip_w_min = clip_w[0];
@@ -223,80 +262,228 @@ class ApplyRowsOp : public OpKernel {
     p_.clip_g = !std::isinf(clip_g[0]) || !std::isinf(clip_g[1]);
     p_.clip_w = !std::isinf(clip_w[0]) || !std::isinf(clip_w[1]);
     Rule found;
-    OP_REQUIRES(ctx,
-                FindRule(rule, static_cast<rules::All*>(nullptr), &found),
-                absl::InvalidArgumentError("unknown rule " + rule));
-    apply_ = found.apply;
-    slots_ = found.slots;
-    OP_REQUIRES(ctx, ctx->num_inputs() - 2 - 2 * num_parts_ ==
-                             (interleaved_ ? 0 : slots_) &&
-                         static_cast<int>(h.size()) == found.constants,
-                absl::InvalidArgumentError(
-                    "wrong number of slots or constants for " + rule));
+    if (!FindRule(rule, static_cast<rules::All*>(nullptr), &found)) {
+      return absl::InvalidArgumentError("unknown rule " + rule);
+    }
+    apply = found.apply;
+    slots = found.slots;
+    if (static_cast<int>(h.size()) != found.constants) {
+      return absl::InvalidArgumentError("wrong number of constants for " +
+                                        rule);
+    }
     std::fill(p_.h, p_.h + rules::kMaxConstants, 0.0f);
     std::copy(h.begin(), h.end(), p_.h);
+    name = rule;
+    return absl::OkStatus();
+  }
+
+  // The variables per table: the parameters, and each slot unless they sit
+  // beside the parameters.
+  int VariablesPerTable() const { return interleaved ? 1 : 1 + slots; }
+
+  // The update's constants at learning rate `lr` (a scalar tensor); the
+  // error names `names`.
+  absl::Status At(const Tensor& lr, const std::string& names,
+                  Update* p) const {
+    if (!TensorShapeUtils::IsScalar(lr.shape())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Table `", names, "`: the learning rate must be a scalar; got "
+          "shape ", lr.shape().DebugString()));
+    }
+    *p = p_;
+    p->lr = lr.scalar<float>()();
+    if (decay_by_lr_) p->decay = p->decay * p->lr;
+    return absl::OkStatus();
+  }
+
+  ApplyFn apply = nullptr;
+  int slots = 0;
+  bool interleaved = false;  // slots beside the parameters, in one variable
+  std::string name;
+
+ private:
+  Update p_;
+  bool decay_by_lr_ = false;
+};
+
+// What one part's update writes: its constants, its row's width in the
+// gradients, in the variable (stride) and in the undo rows, its table, and
+// its undo rows.
+struct Target {
+  Update p;
+  int64_t dim, stride, width;
+  LockedTables::Table table;
+  float* undo;
+};
+
+// The `finite` output list's n scalars.
+absl::Status FiniteOutputs(OpKernelContext* ctx, int n,
+                           std::vector<bool*>* ok) {
+  ::tensorflow::OpOutputList finite;
+  TF_RETURN_IF_ERROR(ctx->output_list("finite", &finite));
+  ok->resize(n);
+  for (int k = 0; k < n; ++k) {
+    Tensor* t;
+    TF_RETURN_IF_ERROR(finite.allocate(k, TensorShape({}), &t));
+    (*ok)[k] = t->scalar<bool>().data();
+    *(*ok)[k] = true;
+  }
+  return absl::OkStatus();
+}
+
+// Every part's update, side by side (`ok[k]`: part k's new values are
+// finite); where any part's are not, every part is put back.
+void ApplyAllOrNothing(OpKernelContext* ctx, const RuleAttrs& rule,
+                       const std::vector<Part>& parts,
+                       const std::vector<Target>& targets,
+                       const std::vector<bool*>& ok) {
+  ForParts(ctx, parts, [&](const Part& part, int k) {
+    const Target& t = targets[k];
+    *ok[k] = rule.apply(t.p, part.id, part.rows, part.u, t.dim, t.stride,
+                        t.table.w, t.table.s0, t.table.s1, t.undo);
+  });
+  if (std::all_of(ok.begin(), ok.end(), [](bool* b) { return *b; })) {
+    return;
+  }
+  // A part's new values are not all finite: no part is written.
+  ForParts(ctx, parts, [&](const Part& part, int k) {
+    const Target& t = targets[k];
+    RestoreAll(part.id, part.u, t.dim, t.stride, t.width, t.undo, t.table.w,
+               t.table.s0, t.table.s1);
+  });
+}
+
+class ApplyRowsOp : public OpKernel {
+ public:
+  explicit ApplyRowsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_names", &table_names_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_parts", &num_parts_));
+    OP_REQUIRES(ctx, static_cast<int>(table_names_.size()) == num_parts_,
+                absl::InvalidArgumentError(
+                    "table_names: one name per part (ids, gradients)"));
+    OP_REQUIRES_OK(ctx, rule_.Read(ctx));
+    OP_REQUIRES(ctx, ctx->num_inputs() - 1 - 2 * num_parts_ ==
+                         rule_.VariablesPerTable(),
+                absl::InvalidArgumentError(
+                    "wrong number of slots for " + rule_.name));
   }
 
   void Compute(OpKernelContext* ctx) override {
     // parameters, slots, then ids and gradients per part, learning rate
     const int num_vars = ctx->num_inputs() - 1 - 2 * num_parts_;
     const std::string names = absl::StrJoin(table_names_, "`, `");
-    const Tensor& lr = ctx->input(ctx->num_inputs() - 1);
-    OP_REQUIRES(ctx, TensorShapeUtils::IsScalar(lr.shape()),
-                absl::InvalidArgumentError(absl::StrCat(
-                    "Table `", names, "`: the learning rate must be a "
-                    "scalar; got shape ", lr.shape().DebugString())));
-    Update p = p_;
-    p.lr = lr.scalar<float>()();
-    if (decay_by_lr_) p.decay = p.decay * p.lr;
+    Update p;
+    OP_REQUIRES_OK(ctx, rule_.At(ctx->input(ctx->num_inputs() - 1), names,
+                                 &p));
     std::vector<Part> parts(num_parts_);
     int64_t dim = -1;
     OP_REQUIRES_OK(ctx,
                    ReadParts(ctx, num_vars, table_names_, true, &parts, &dim));
-    const int64_t stride = interleaved_ ? (1 + slots_) * dim : dim;
+    const int slots = rule_.slots;
+    const int64_t stride = rule_.interleaved ? (1 + slots) * dim : dim;
     const std::vector<int64_t> first = FirstRows(parts);
-    ::tensorflow::OpOutputList finite;
-    OP_REQUIRES_OK(ctx, ctx->output_list("finite", &finite));
-    std::vector<bool*> ok(num_parts_);
-    for (int k = 0; k < num_parts_; ++k) {
-      Tensor* t;
-      OP_REQUIRES_OK(ctx, finite.allocate(k, TensorShape({}), &t));
-      ok[k] = t->scalar<bool>().data();
-    }
+    std::vector<bool*> ok;
+    OP_REQUIRES_OK(ctx, FiniteOutputs(ctx, num_parts_, &ok));
     Tensor* undo;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(
                             "undo",
-                            TensorShape({first.back(), (1 + slots_) * dim}),
+                            TensorShape({first.back(), (1 + slots) * dim}),
                             &undo));
 
-    LockedTable table;
-    OP_REQUIRES_OK(ctx, table.Open(ctx, num_vars, stride, slots_,
-                                   interleaved_, names));
-    OP_REQUIRES_OK(ctx, CheckIdRange(parts, table.rows, table_names_));
-    float* saved = undo->flat<float>().data();
-    const int64_t width = (1 + slots_) * dim;
-    ForParts(ctx, parts, [&](const Part& part, int k) {
-      *ok[k] = apply_(p, part.id, part.rows, part.u, dim, stride, table.w,
-                      table.s0, table.s1, saved + first[k] * width);
-    });
-    if (std::all_of(ok.begin(), ok.end(), [](bool* b) { return *b; })) {
-      return;
+    LockedTables locked;
+    OP_REQUIRES_OK(ctx, locked.Open(ctx, 0, num_vars, {stride}, slots,
+                                    rule_.interleaved, {names}));
+    OP_REQUIRES_OK(ctx, CheckIdRange(parts, locked.table(0).rows,
+                                     table_names_));
+    const int64_t width = (1 + slots) * dim;
+    std::vector<Target> targets;
+    for (int k = 0; k < num_parts_; ++k) {
+      targets.push_back(Target{p, dim, stride, width, locked.table(0),
+                               undo->flat<float>().data() + first[k] * width});
     }
-    // A part's new values are not all finite: no part is written.
-    ForParts(ctx, parts, [&](const Part& part, int k) {
-      RestoreAll(part.id, part.u, dim, stride, width,
-                 saved + first[k] * width, table.w, table.s0, table.s1);
-    });
+    ApplyAllOrNothing(ctx, rule_, parts, targets, ok);
   }
 
  private:
   std::vector<std::string> table_names_;
   int num_parts_;
-  ApplyFn apply_;
-  Update p_;
-  bool decay_by_lr_;
-  bool interleaved_;  // slots beside the parameters, in one variable
-  int slots_;
+  RuleAttrs rule_;
+};
+
+// TfembApplyTables: TfembApplyRows on several tables, each with variables
+// of its own (and its own learning rate and width), in one op: every
+// variable locked at once, the tables updated side by side, and all of
+// them put back if any table's new values are not finite. The step's whole
+// update is then one op, all or nothing by itself: no lock around it and
+// no TfembRestoreRows after it. With `gradients_finite` false nothing is
+// computed or written (a gradient of the step is not finite).
+class ApplyTablesOp : public OpKernel {
+ public:
+  explicit ApplyTablesOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_names", &table_names_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_tables", &num_tables_));
+    OP_REQUIRES(ctx, static_cast<int>(table_names_.size()) == num_tables_,
+                absl::InvalidArgumentError("table_names: one per table"));
+    OP_REQUIRES_OK(ctx, rule_.Read(ctx));
+    OP_REQUIRES(ctx, ctx->num_inputs() - 1 - 3 * num_tables_ ==
+                         num_tables_ * rule_.VariablesPerTable(),
+                absl::InvalidArgumentError(
+                    "wrong number of variables for " + rule_.name));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    // variables per table, then ids, gradients and learning rates per
+    // table, then gradients_finite
+    const int n = num_tables_;
+    const int per_table = rule_.VariablesPerTable();
+    const int num_vars = n * per_table;
+    const Tensor& go = ctx->input(ctx->num_inputs() - 1);
+    OP_REQUIRES(ctx, TensorShapeUtils::IsScalar(go.shape()),
+                absl::InvalidArgumentError(absl::StrCat(
+                    "Table `", absl::StrJoin(table_names_, "`, `"),
+                    "`: gradients_finite must be a scalar; got shape ",
+                    go.shape().DebugString())));
+    std::vector<Update> p(n);
+    for (int k = 0; k < n; ++k) {
+      OP_REQUIRES_OK(ctx, rule_.At(ctx->input(num_vars + 2 * n + k),
+                                   table_names_[k], &p[k]));
+    }
+    std::vector<Part> parts(n);
+    std::vector<int64_t> dims;
+    int64_t unused = -1;
+    OP_REQUIRES_OK(ctx, ReadParts(ctx, num_vars, table_names_, true, &parts,
+                                  &unused, &dims));
+    std::vector<bool*> ok;
+    OP_REQUIRES_OK(ctx, FiniteOutputs(ctx, n, &ok));
+    if (!go.scalar<bool>()()) return;
+    const int slots = rule_.slots;
+    std::vector<int64_t> strides(n);
+    std::vector<Tensor> undo(n);
+    for (int k = 0; k < n; ++k) {
+      strides[k] = rule_.interleaved ? (1 + slots) * dims[k] : dims[k];
+      OP_REQUIRES_OK(ctx, ctx->allocate_temp(
+                              ::tensorflow::DT_FLOAT,
+                              TensorShape({parts[k].u, (1 + slots) * dims[k]}),
+                              &undo[k]));
+    }
+    LockedTables locked;
+    OP_REQUIRES_OK(ctx, locked.Open(ctx, 0, per_table, strides, slots,
+                                    rule_.interleaved, table_names_));
+    std::vector<Target> targets;
+    for (int k = 0; k < n; ++k) {
+      OP_REQUIRES_OK(ctx, CheckIdRange({parts[k]}, locked.table(k).rows,
+                                       {table_names_[k]}));
+      targets.push_back(Target{p[k], dims[k], strides[k],
+                               (1 + slots) * dims[k], locked.table(k),
+                               undo[k].flat<float>().data()});
+    }
+    ApplyAllOrNothing(ctx, rule_, parts, targets, ok);
+  }
+
+ private:
+  std::vector<std::string> table_names_;
+  int num_tables_;
+  RuleAttrs rule_;
 };
 
 // TfembRestoreRows: unless `keep`, the rows and slots TfembApplyRows
@@ -343,8 +530,10 @@ class RestoreRowsOp : public OpKernel {
                     "Table `", names, "`: ", first.back(), " ids but undo ",
                     "rows ", undo.shape().DebugString(), " for ", num_vars,
                     " variables")));
-    LockedTable table;
-    OP_REQUIRES_OK(ctx, table.Open(ctx, num_vars, dim, 0, false, names));
+    LockedTables locked;
+    OP_REQUIRES_OK(ctx, locked.Open(ctx, 0, num_vars, {dim}, 0, false,
+                                    {names}));
+    const LockedTables::Table& table = locked.table(0);
     OP_REQUIRES_OK(ctx, CheckIdRange(parts, table.rows, table_names_));
     const float* saved = undo.flat<float>().data();
     for (int k = 0; k < num_parts_; ++k) {
@@ -428,9 +617,50 @@ REGISTER_OP("TfembRestoreRows")
       return c->WithRank(c->input(n - 1), 0, &unused);
     });
 
+REGISTER_OP("TfembApplyTables")
+    .Input("variables: num_variables * resource")  // per table, in order
+    .Input("ids: num_tables * int64")
+    .Input("gradients: num_tables * float")
+    .Input("learning_rates: num_tables * float")
+    .Input("gradients_finite: bool")
+    .Output("finite: num_tables * bool")  // each table's new values
+    .Attr("num_variables: int >= 1")
+    .Attr("num_tables: int >= 1")
+    .Attr("table_names: list(string)")  // one per table
+    .Attr("rule: string")
+    .Attr("hyperparameters: list(float)")
+    .Attr("clip_gradient: list(float)")
+    .Attr("clip_weight: list(float)")
+    .Attr("weight_decay_factor: float")
+    .Attr("multiply_weight_decay_by_lr: bool")
+    .Attr("interleaved: bool = false")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      int tables;
+      TF_RETURN_IF_ERROR(c->GetAttr("num_tables", &tables));
+      const int first = c->num_inputs() - 1 - 3 * tables;  // the ids
+      for (int k = 0; k < tables; ++k) {
+        ShapeHandle ids, grads, lr;
+        TF_RETURN_IF_ERROR(c->WithRank(c->input(first + k), 1, &ids));
+        TF_RETURN_IF_ERROR(
+            c->WithRank(c->input(first + tables + k), 2, &grads));
+        DimensionHandle rows;
+        TF_RETURN_IF_ERROR(c->Merge(c->Dim(ids, 0), c->Dim(grads, 0), &rows));
+        TF_RETURN_IF_ERROR(
+            c->WithRank(c->input(first + 2 * tables + k), 0, &lr));
+      }
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(c->num_inputs() - 1), 0,
+                                     &unused));
+      for (int k = 0; k < tables; ++k) c->set_output(k, c->Scalar());
+      return absl::OkStatus();
+    });
+
 REGISTER_KERNEL_BUILDER(Name("TfembApplyRows").Device(DEVICE_CPU),
                         ApplyRowsOp);
 REGISTER_KERNEL_BUILDER(Name("TfembRestoreRows").Device(DEVICE_CPU),
                         RestoreRowsOp);
+REGISTER_KERNEL_BUILDER(Name("TfembApplyTables").Device(DEVICE_CPU),
+                        ApplyTablesOp);
 
 }  // namespace tfemb

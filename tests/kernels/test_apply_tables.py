@@ -1,0 +1,136 @@
+"""TfembApplyTables: a step's update of several tables in one op, all or
+nothing by itself.
+
+Three Adagrad tables: "a" and "b" stacked in one variable of width 4
+(disjoint rows), "c" in a variable of its own of width 6, each with its own
+learning rate. A finite update gives the numpy reference's rows for every
+table; where one table's update would overflow, no table changes; with
+`gradients_finite` False nothing is computed or written. Separate slot
+variables and an interleaved storage ([rows, (1 + slots) x dim]) alike.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import reference
+from tfemb.kernels import fused_ops
+
+ROWS = 10
+ADAGRAD = dict(rule="Adagrad", hyperparameters=[],
+               clip_gradient=[-np.inf, np.inf],
+               clip_weight=[-np.inf, np.inf], weight_decay_factor=0.0,
+               multiply_weight_decay_by_lr=False)
+# table: (its variable, its rows of it, learning rate)
+TABLES = {"a": ("ab", [7, 1, 4], 0.1), "b": ("ab", [0, 9], 0.3),
+          "c": ("c", [2, 5, 3, 8], 0.05)}
+DIMS = {"ab": 4, "c": 6}
+
+
+def _start(seed):
+  """Each variable's parameters and accumulators, and each table's
+  gradients."""
+  rng = np.random.default_rng(seed)
+  start = {v: (rng.normal(size=(ROWS, d)).astype(np.float32),
+               rng.uniform(0.1, 1.0, size=(ROWS, d)).astype(np.float32))
+           for v, d in DIMS.items()}
+  grads = {t: rng.normal(size=(len(ids), DIMS[v])).astype(np.float32)
+           for t, (v, ids, _) in TABLES.items()}
+  return start, grads
+
+
+class _Variables:
+  """Each variable, with its accumulator beside it or apart."""
+
+  def __init__(self, start, interleaved):
+    self.interleaved = interleaved
+    if interleaved:
+      self.vars = {v: [tf.Variable(np.concatenate(s, axis=1))]
+                   for v, s in start.items()}
+    else:
+      self.vars = {v: [tf.Variable(s[0]), tf.Variable(s[1])]
+                   for v, s in start.items()}
+
+  def values(self, v):
+    """(parameters, accumulators) of variable `v`, as numpy."""
+    if self.interleaved:
+      both = self.vars[v][0].numpy()
+      return both[:, :DIMS[v]], both[:, DIMS[v]:]
+    return tuple(x.numpy() for x in self.vars[v])
+
+  def apply(self, grads, gradients_finite=True):
+    lib = fused_ops._library()  # pylint: disable=protected-access
+    finite = lib.tfemb_apply_tables(
+        variables=[x.handle for v, _, _ in TABLES.values()
+                   for x in self.vars[v]],
+        ids=[tf.constant(ids, tf.int64) for _, ids, _ in TABLES.values()],
+        gradients=[tf.constant(grads[t]) for t in TABLES],
+        learning_rates=[tf.constant(lr) for _, _, lr in TABLES.values()],
+        gradients_finite=tf.constant(gradients_finite),
+        table_names=list(TABLES), interleaved=self.interleaved, **ADAGRAD)
+    return [bool(f) for f in finite]
+
+
+def _adagrad(start, grads):
+  """The reference's Adagrad (tests/reference.py) on each table's rows, at
+  its learning rate."""
+  out = {v: [x.astype(np.float64) for x in s] for v, s in start.items()}
+  for t, (v, ids, lr) in TABLES.items():
+    w, acc = out[v]
+    for i, row in zip(ids, grads[t].astype(np.float64)):
+      w[i], s = reference.update_row("adagrad", {}, w[i], row,
+                                     {"accumulators": acc[i]}, lr)
+      acc[i] = s["accumulators"]
+  return out
+
+
+@pytest.fixture(params=[False, True], ids=["slot_variables", "interleaved"])
+def interleaved(request):
+  return request.param
+
+
+def test_every_table_gets_its_rule_at_its_learning_rate(interleaved):
+  start, grads = _start(0)
+  variables = _Variables(start, interleaved)
+  assert variables.apply(grads) == [True, True, True]
+  want = _adagrad(start, grads)
+  for v in DIMS:
+    for got, expected in zip(variables.values(v), want[v]):
+      np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6,
+                                 err_msg=v)
+
+
+@pytest.mark.parametrize("bad", list(TABLES))
+def test_an_overflowing_table_leaves_every_table_unchanged(interleaved, bad):
+  start, grads = _start(1)
+  grads[bad][-1, 2] = 1e30  # its square overflows the accumulator
+  variables = _Variables(start, interleaved)
+  assert variables.apply(grads) == [t != bad for t in TABLES]
+  for v in DIMS:
+    for got, expected in zip(variables.values(v), start[v]):
+      np.testing.assert_array_equal(got, expected, err_msg=v)
+
+
+def test_gradients_not_finite_write_nothing(interleaved):
+  start, grads = _start(2)
+  variables = _Variables(start, interleaved)
+  assert variables.apply(grads, gradients_finite=False) == [True] * 3
+  for v in DIMS:
+    for got, expected in zip(variables.values(v), start[v]):
+      np.testing.assert_array_equal(got, expected, err_msg=v)
+
+
+def test_an_id_outside_a_table_is_refused_naming_it_and_writes_nothing():
+  start, grads = _start(3)
+  variables = _Variables(start, False)
+  saved = TABLES["c"]
+  TABLES["c"] = ("c", [2, 5, 3, ROWS], 0.05)
+  try:
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"Table `c`: id 10 outside \[0, 10\)"):
+      variables.apply(grads)
+  finally:
+    TABLES["c"] = saved
+  for v in DIMS:
+    for got, expected in zip(variables.values(v), start[v]):
+      np.testing.assert_array_equal(got, expected, err_msg=v)
