@@ -11,10 +11,13 @@
 //   row is updated in place by the rule, its old values kept beside (so
 //   that a step whose new values are not all finite can be put back: all
 //   or nothing), and the new values checked finite.
+// threads: the whole exact step on one thread (every table in turn) and
+//   on two, in alternating blocks: what a second core gives the exact step.
 //
-// Both: the slots beside the parameters (tfemb's default layout); every
+// All: the slots beside the parameters (tfemb's default layout); every
 // table looked up before any is updated, as in training; tables 0-3 on one
-// thread, 4-7 on a second one, made once (no thread is started per step).
+// thread, 4-7 on a second one, made once (no thread is started per step);
+// `threads` also times every table on one thread.
 //
 //   floor IDS RULE KIND [ROWS...]
 //
@@ -22,14 +25,15 @@
 // each size in turn, its rows per table, batches, tables and ids per batch,
 // then every batch's ids, table after table. RULE: sgd (a [rows, 32]
 // table), adagrad or adam ([rows, 64] and [rows, 96], the slots beside the
-// parameters). KIND: rows or step. ROWS: the sizes of IDS to time (rows per
+// parameters). KIND: rows, step or threads. ROWS: the sizes of IDS to time (rows per
 // table); all of them if none.
 //
 // The sizes are timed side by side in one process, as benchmarks/flatness.py
 // times tfemb: 33 rounds (the first 3 warm up pages and caches), each
 // running 10 steps of every size in turn, the order reversed every other
-// round; a step is one batch, the batches cycled. Prints per size the
-// median ms per step:
+// round; a step is one batch, the batches cycled (`threads`: each size's
+// one-thread and two-thread blocks in turn, as if two sizes). Prints per
+// size the median ms per step (`threads`: as step1 and step2):
 //   adam rows, 100000 rows x 8 tables: 0.553 ms per step (12997 distinct rows, 43 ns each)
 // and with `step`, what the steps computed (benchmarks' tests check it):
 //   adam step, 100000 rows x 8 tables: after 330 steps the parameters sum to ..., the last step's activations to ...
@@ -47,6 +51,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dedup.h"  // tfemb/kernels/src: the lookup's own hash pass
@@ -325,9 +330,11 @@ void Update(const Size& s, int t, const float* grads, Scratch* x,
 int main(int argc, char** argv) {
   const int width = argc >= 4 ? RowWidth(argv[2]) : 0;
   const std::string kind = argc >= 4 ? argv[3] : "";
-  const bool exact = kind == "step";
+  const bool threads = kind == "threads";
+  const bool exact = kind == "step" || threads;
   if (width == 0 || (kind != "rows" && !exact)) {
-    fprintf(stderr, "usage: %s IDS sgd|adagrad|adam rows|step [ROWS...]\n",
+    fprintf(stderr,
+            "usage: %s IDS sgd|adagrad|adam rows|step|threads [ROWS...]\n",
             argv[0]);
     return 2;
   }
@@ -380,20 +387,32 @@ int main(int argc, char** argv) {
       }
     }
   };
+  // What is timed in turn: each size on two threads, and with `threads`
+  // each size on one thread too. {size, threads}
+  std::vector<std::pair<size_t, int>> blocks;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (threads) blocks.push_back({i, 1});
+    blocks.push_back({i, 2});
+  }
   Helper helper;
-  std::vector<std::vector<double>> ms(sizes.size());
+  std::vector<std::vector<double>> ms(blocks.size());
   std::vector<int> done(sizes.size(), 0);
   size_t last = 0;  // the size timed last
   for (int round = 0; round < kRounds; ++round) {
-    for (size_t k = 0; k < sizes.size(); ++k) {
-      const size_t i = round % 2 ? sizes.size() - 1 - k : k;
+    for (size_t k = 0; k < blocks.size(); ++k) {
+      const size_t b = round % 2 ? blocks.size() - 1 - k : k;
+      const size_t i = blocks[b].first;
       const Size& s = *sizes[i];
       last = i;
       const auto start = std::chrono::steady_clock::now();
       for (int j = 0; j < kSteps; ++j) {
         const int step = done[i]++;
-        helper.Both([&] { tables_of_step(s, step, 0, s.tables / 2); },
-                    [&] { tables_of_step(s, step, s.tables / 2, s.tables); });
+        if (blocks[b].second == 1) {
+          tables_of_step(s, step, 0, s.tables);
+        } else {
+          helper.Both([&] { tables_of_step(s, step, 0, s.tables / 2); },
+                      [&] { tables_of_step(s, step, s.tables / 2, s.tables); });
+        }
         if (exact) {  // all or nothing: no step here puts back
           for (int t = 0; t < s.tables; ++t) {
             if (!scratch[t]->finite) {
@@ -404,18 +423,20 @@ int main(int argc, char** argv) {
         }
       }
       if (round < kWarmup) continue;
-      ms[i].push_back(std::chrono::duration<double, std::milli>(
+      ms[b].push_back(std::chrono::duration<double, std::milli>(
                           std::chrono::steady_clock::now() - start).count() /
                       kSteps);
     }
   }
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    const Size& s = *sizes[i];
-    std::sort(ms[i].begin(), ms[i].end());
-    const double median = ms[i][ms[i].size() / 2];
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    const Size& s = *sizes[blocks[b].first];
+    std::sort(ms[b].begin(), ms[b].end());
+    const double median = ms[b][ms[b].size() / 2];
     const size_t distinct = s.Distinct();
+    const std::string name =
+        threads ? "step" + std::to_string(blocks[b].second) : kind;
     printf("%s %s, %ld rows x %d tables: %.3f ms per step (%zu distinct "
-           "rows, %.0f ns each)\n", argv[2], kind.c_str(), s.vocab, s.tables,
+           "rows, %.0f ns each)\n", argv[2], name.c_str(), s.vocab, s.tables,
            median, distinct, median * 1e6 / distinct);
   }
   if (exact) {
@@ -429,9 +450,10 @@ int main(int argc, char** argv) {
       }
       for (const float a : scratch[t]->out) activations += a;
     }
-    printf("%s step, %ld rows x %d tables: after %d steps the parameters sum "
+    printf("%s %s, %ld rows x %d tables: after %d steps the parameters sum "
            "to %.9g, the last step's activations to %.9g\n", argv[2],
-           s.vocab, s.tables, done[last], parameters, activations);
+           kind.c_str(), s.vocab, s.tables, done[last], parameters,
+           activations);
   }
   return 0;
 }

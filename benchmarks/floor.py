@@ -5,8 +5,8 @@
 
 Builds `benchmarks/floor.cc` (plain C++, no TensorFlow) and times the
 suite's batches (`Workload.make_batches`, written to a file it reads) in
-two kinds, 8 tables on both cores, every table looked up before any is
-updated as in training:
+three kinds, 8 tables on both cores (the last on one thread too), every
+table looked up before any is updated as in training:
 
 * the rows alone: each table's distinct rows looked up (the parameters
   copied out), then updated in place by the optimizer's rule (parameters
@@ -18,6 +18,9 @@ updated as in training:
   id's activation written, the ids' gradients summed per distinct row, the
   rows updated in place with their old values kept (all or nothing) and
   the new values checked finite. Only TensorFlow is left out.
+* the exact step on one thread and on two, in alternating blocks in one
+  process: what a second core gives the exact step, beside what it gives
+  tfemb (`benchmarks.threads`).
 
 The sizes are timed side by side in one process, as `benchmarks.flatness`
 times tfemb. Where they do not all fit in memory together, the smallest and
@@ -52,11 +55,15 @@ KERNEL_SOURCES = os.path.join(REPO, "tfemb", "kernels", "src")  # dedup.h
 # without -fno-math-errno the compiler keeps sqrt scalar (it may have to set
 # errno), which made Adam's rows cost twice their memory time.
 FLAGS = ["-O3", "-march=native", "-fno-math-errno"]
-# floor.cc's kinds (the rows alone, the exact step): each one's key in a
-# measured row, {size: ms per step}.
-KEYS = {"rows": "ms", "step": "step_ms"}
-_LINE = re.compile(r"^(\w+) (rows|step), (\d+) rows x \d+ tables: ([\d.]+) "
-                   r"ms per step \((\d+) distinct rows")
+# floor.cc's kinds, each run on its own, and the timings each prints: the
+# rows alone, the exact step, the exact step on one thread and on two in
+# alternating blocks.
+RUNS = {"rows": ("rows",), "step": ("step",), "threads": ("step1", "step2")}
+# Each timing's key in a measured row, {size: ms per step}.
+KEYS = {"rows": "ms", "step": "step_ms", "step1": "step_1thread_ms",
+        "step2": "step_2thread_ms"}
+_LINE = re.compile(r"^(\w+) (rows|step1|step2|step), (\d+) rows x \d+ "
+                   r"tables: ([\d.]+) ms per step \((\d+) distinct rows")
 
 
 def parse_args(argv=None):
@@ -96,7 +103,7 @@ def write_ids(path: str, sizes: List[int]):
 
 
 def parse(stdout: str) -> Dict[str, Dict[int, dict]]:
-  """floor.cc's lines -> {kind: {rows per table: {ms, distinct}}}."""
+  """floor.cc's lines -> {timing: {rows per table: {ms, distinct}}}."""
   out = {}
   for line in stdout.splitlines():
     m = _LINE.match(line.strip())
@@ -127,7 +134,7 @@ def measure(binary: str, ids: str, optimizer: str, sizes: List[int],
   """One optimizer at `sizes` (ascending), side by side where they fit,
   each kind in a run of its own: {"ms": {size: ms}, "step_ms": ...}."""
   free = procmem.available()
-  by_kind = {kind: {} for kind in KEYS}
+  by_kind = {name: {} for name in KEYS}
   for group in groups(optimizer, sizes, free):
     need = _needs(optimizer, group)
     if free is not None and need > free - procmem.GIB:
@@ -135,17 +142,20 @@ def measure(binary: str, ids: str, optimizer: str, sizes: List[int],
               "detail": f"{format_size(group[-1])} rows: needs "
                         f"{need / procmem.GIB:.1f} GiB, "
                         f"{free / procmem.GIB:.1f} GiB available"}
-    for kind in KEYS:
+    for kind, names in RUNS.items():
       done = subprocess.run(
           [binary, ids, optimizer, kind] + [str(v) for v in group],
           capture_output=True, text=True, timeout=timeout, check=True)
-      timed = parse(done.stdout).get(kind, {})
-      if sorted(timed) != group:
-        raise RuntimeError(f"unexpected output from floor.cc: {done.stdout!r}")
-      by_kind[kind].update(timed)
+      parsed = parse(done.stdout)
+      for name in names:
+        timed = parsed.get(name, {})
+        if sorted(timed) != group:
+          raise RuntimeError(
+              f"unexpected output from floor.cc: {done.stdout!r}")
+        by_kind[name].update(timed)
   out = {"optimizer": optimizer, "status": "ok"}
-  out.update({key: {str(v): by_kind[kind][v]["ms"] for v in sizes}
-              for kind, key in KEYS.items()})
+  out.update({key: {str(v): by_kind[name][v]["ms"] for v in sizes}
+              for name, key in KEYS.items()})
   out["distinct"] = {str(v): by_kind["rows"][v]["distinct"] for v in sizes}
   return out
 

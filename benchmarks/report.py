@@ -109,16 +109,20 @@ def threads_table(run) -> List[str]:
   if not rows:
     return []
   lines = ["| optimizer | stack | rows/table | 1 thread (ms) "
-           "| every core (ms) | speedup |", "|---|---|---|---:|---:|---:|"]
+           "| every core (ms) | speedup | the exact step in C++, 1 / 2 "
+           "threads (ms) |", "|---|---|---|---:|---:|---:|---|"]
   for r in rows:
     where = (f"| {r['optimizer']} | {BY_NAME[r['stack']].label} | "
              f"{format_size(r['vocab'])} |")
     if r["status"] != "ok":
-      lines.append(f"{where} {r['status']}: {r['detail']} | - | - |")
+      lines.append(f"{where} {r['status']}: {r['detail']} | - | - | - |")
       continue
+    pair = analysis.floor_speedup(run, r["optimizer"], r["vocab"])
+    cpp = "-" if pair is None else (
+        f"{pair[0]:.3f} / {pair[1]:.3f} ({pair[0] / pair[1]:.2f}x)")
     lines.append(f"{where} {r['one_thread_ms']:.2f} | "
                  f"{r['all_cores_ms']:.2f} ({r['cores']} cores) | "
-                 f"{r['speedup']:.2f}x |")
+                 f"{r['speedup']:.2f}x | {cpp} |")
   return lines
 
 

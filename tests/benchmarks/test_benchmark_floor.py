@@ -49,8 +49,9 @@ def test_the_exact_step_sums_each_rows_gradients_and_updates_it_once(
     tmp_path):
   binary, ids = floor.build(str(tmp_path)), str(tmp_path / "ids")
   floor.write_ids(ids, [1000])
-  for rule in ("sgd", "adagrad"):
-    done = subprocess.run([binary, ids, rule, "step"], capture_output=True,
+  for rule, kind in (("sgd", "step"), ("adagrad", "step"),
+                     ("adagrad", "threads")):  # on 1 and 2 threads in turn
+    done = subprocess.run([binary, ids, rule, kind], capture_output=True,
                           text=True, timeout=120, check=True)
     m = re.search(r"after (\d+) steps the parameters sum to (\S+), the "
                   r"last step's activations to (\S+)", done.stdout)
@@ -85,8 +86,9 @@ def test_child_times_the_workloads_rows_with_every_optimizer(tmp_path):
     assert row["status"] == "ok"
     assert row["distinct"] == want
     assert all(ms > 0 for ms in row["ms"].values())
-    assert sorted(row["step_ms"]) == sorted(want)
-    assert all(ms > 0 for ms in row["step_ms"].values())
+    for key in ("step_ms", "step_1thread_ms", "step_2thread_ms"):
+      assert sorted(row[key]) == sorted(want)
+      assert all(ms > 0 for ms in row[key].values())
 
 
 def test_a_size_that_does_not_fit_is_skipped_not_run(monkeypatch):
@@ -119,10 +121,11 @@ def test_the_sizes_run_in_their_groups(monkeypatch, tmp_path):
     del kwargs
     kind, sizes = argv[3], argv[4:]
     calls.append([kind] + sizes)
-    scale = {"rows": 1e6, "step": 1e5}[kind]
-    lines = [f"adam {kind}, {v} rows x 8 tables: {int(v) / scale:.3f} ms "
+    scales = {"rows": {"rows": 1e6}, "step": {"step": 1e5},
+              "threads": {"step1": 1e4, "step2": 2e4}}[kind]
+    lines = [f"adam {name}, {v} rows x 8 tables: {int(v) / scale:.3f} ms "
              f"per step ({int(v) // 100} distinct rows, 43 ns each)"
-             for v in sizes]
+             for name, scale in scales.items() for v in sizes]
     return subprocess.CompletedProcess(argv, 0, "\n".join(lines), "")
 
   monkeypatch.setattr(floor.subprocess, "run", fake_run)
@@ -130,9 +133,15 @@ def test_the_sizes_run_in_their_groups(monkeypatch, tmp_path):
                       [100_000, 1_000_000, 5_000_000], 10)
   assert calls == [["rows", "100000", "5000000"],
                    ["step", "100000", "5000000"],
-                   ["rows", "1000000"], ["step", "1000000"]]
+                   ["threads", "100000", "5000000"],
+                   ["rows", "1000000"], ["step", "1000000"],
+                   ["threads", "1000000"]]
   assert row["ms"] == {"100000": 0.1, "1000000": 1.0, "5000000": 5.0}
   assert row["step_ms"] == {"100000": 1.0, "1000000": 10.0, "5000000": 50.0}
+  assert row["step_1thread_ms"] == {"100000": 10.0, "1000000": 100.0,
+                                    "5000000": 500.0}
+  assert row["step_2thread_ms"] == {"100000": 5.0, "1000000": 50.0,
+                                    "5000000": 250.0}
   assert row["distinct"] == {"100000": 1000, "1000000": 10000,
                              "5000000": 50000}
 
