@@ -307,8 +307,8 @@ def _together(updates: Sequence[_TableUpdate], more: Sequence[Update]
   table's path of one class with one key."""
   if more or not updates:
     return False
-  keys = {(type(u.path), u.path.together_key()) for u in updates}
-  return len(keys) == 1 and None not in next(iter(keys))
+  keys = [(type(u.path), u.path.together_key()) for u in updates]
+  return keys[0][1] is not None and all(k == keys[0] for k in keys)
 
 
 def _commit_together(policy: NonFinitePolicy,

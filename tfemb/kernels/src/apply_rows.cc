@@ -205,13 +205,13 @@ std::vector<int64_t> FirstRows(const std::vector<Part>& parts) {
   return first;
 }
 
-// Per part: `ids` vector and `rows` [ids, dim] (dim the same for every
-// part, -1 until the first, unless `dims` takes each part's); the error
-// names the part's table.
+// Per part: `ids` vector and, with `dims`, `rows` [ids, dim] and its dim
+// (the same for every part if `one_dim`); the error names the part's table.
 absl::Status ReadParts(OpKernelContext* ctx, int first_ids,
-                       const std::vector<std::string>& names, bool per_part,
-                       std::vector<Part>* parts, int64_t* dim,
-                       std::vector<int64_t>* dims = nullptr) {
+                       const std::vector<std::string>& names,
+                       std::vector<Part>* parts,
+                       std::vector<int64_t>* dims = nullptr,
+                       bool one_dim = true) {
   const int n = static_cast<int>(parts->size());
   for (int k = 0; k < n; ++k) {
     const Tensor& ids = ctx->input(first_ids + k);
@@ -221,17 +221,16 @@ absl::Status ReadParts(OpKernelContext* ctx, int first_ids,
           ids.shape().DebugString()));
     }
     (*parts)[k] = Part{ids.flat<int64_t>().data(), nullptr, ids.dim_size(0)};
-    if (!per_part) continue;
+    if (dims == nullptr) continue;
     const Tensor& grads = ctx->input(first_ids + n + k);
     const int64_t u = ids.dim_size(0);
     if (grads.dims() != 2 || grads.dim_size(0) != u ||
-        (dims == nullptr && *dim >= 0 && grads.dim_size(1) != *dim)) {
+        (one_dim && k > 0 && grads.dim_size(1) != (*dims)[0])) {
       return absl::InvalidArgumentError(
           absl::StrCat("Table `", names[k], "`: ", u, " ids but gradients ",
                        grads.shape().DebugString()));
     }
-    *dim = grads.dim_size(1);
-    if (dims != nullptr) dims->push_back(*dim);
+    dims->push_back(grads.dim_size(1));
     (*parts)[k].rows = grads.flat<float>().data();
   }
   return absl::OkStatus();
@@ -353,20 +352,37 @@ void ApplyAllOrNothing(OpKernelContext* ctx, const RuleAttrs& rule,
   });
 }
 
-class ApplyRowsOp : public OpKernel {
- public:
-  explicit ApplyRowsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+// What TfembApplyRows and TfembApplyTables read from their attributes: a
+// table name per part, the number of parts (attribute `count`), and the
+// rule; each part has `inputs_per_part` inputs besides the variables, and
+// with `variables_per_part` variables of its own (else all share one
+// table's).
+class UpdateKernel : public OpKernel {
+ protected:
+  UpdateKernel(OpKernelConstruction* ctx, const char* count,
+               int inputs_per_part, bool variables_per_part)
+      : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("table_names", &table_names_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_parts", &num_parts_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr(count, &num_parts_));
     OP_REQUIRES(ctx, static_cast<int>(table_names_.size()) == num_parts_,
-                absl::InvalidArgumentError(
-                    "table_names: one name per part (ids, gradients)"));
+                absl::InvalidArgumentError("table_names: one name per part"));
     OP_REQUIRES_OK(ctx, rule_.Read(ctx));
-    OP_REQUIRES(ctx, ctx->num_inputs() - 1 - 2 * num_parts_ ==
-                         rule_.VariablesPerTable(),
+    const int sets = variables_per_part ? num_parts_ : 1;
+    OP_REQUIRES(ctx, ctx->num_inputs() - 1 - inputs_per_part * num_parts_ ==
+                         sets * rule_.VariablesPerTable(),
                 absl::InvalidArgumentError(
-                    "wrong number of slots for " + rule_.name));
+                    "wrong number of variables for " + rule_.name));
   }
+
+  std::vector<std::string> table_names_;
+  int num_parts_;
+  RuleAttrs rule_;
+};
+
+class ApplyRowsOp : public UpdateKernel {
+ public:
+  explicit ApplyRowsOp(OpKernelConstruction* ctx)
+      : UpdateKernel(ctx, "num_parts", 2, false) {}
 
   void Compute(OpKernelContext* ctx) override {
     // parameters, slots, then ids and gradients per part, learning rate
@@ -376,9 +392,9 @@ class ApplyRowsOp : public OpKernel {
     OP_REQUIRES_OK(ctx, rule_.At(ctx->input(ctx->num_inputs() - 1), names,
                                  &p));
     std::vector<Part> parts(num_parts_);
-    int64_t dim = -1;
-    OP_REQUIRES_OK(ctx,
-                   ReadParts(ctx, num_vars, table_names_, true, &parts, &dim));
+    std::vector<int64_t> dims;
+    OP_REQUIRES_OK(ctx, ReadParts(ctx, num_vars, table_names_, &parts, &dims));
+    const int64_t dim = dims[0];
     const int slots = rule_.slots;
     const int64_t stride = rule_.interleaved ? (1 + slots) * dim : dim;
     const std::vector<int64_t> first = FirstRows(parts);
@@ -403,11 +419,6 @@ class ApplyRowsOp : public OpKernel {
     }
     ApplyAllOrNothing(ctx, rule_, parts, targets, ok);
   }
-
- private:
-  std::vector<std::string> table_names_;
-  int num_parts_;
-  RuleAttrs rule_;
 };
 
 // TfembApplyTables: TfembApplyRows on several tables, each with variables
@@ -417,24 +428,15 @@ class ApplyRowsOp : public OpKernel {
 // update is then one op, all or nothing by itself: no lock around it and
 // no TfembRestoreRows after it. With `gradients_finite` false nothing is
 // computed or written (a gradient of the step is not finite).
-class ApplyTablesOp : public OpKernel {
+class ApplyTablesOp : public UpdateKernel {
  public:
-  explicit ApplyTablesOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_names", &table_names_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_tables", &num_tables_));
-    OP_REQUIRES(ctx, static_cast<int>(table_names_.size()) == num_tables_,
-                absl::InvalidArgumentError("table_names: one per table"));
-    OP_REQUIRES_OK(ctx, rule_.Read(ctx));
-    OP_REQUIRES(ctx, ctx->num_inputs() - 1 - 3 * num_tables_ ==
-                         num_tables_ * rule_.VariablesPerTable(),
-                absl::InvalidArgumentError(
-                    "wrong number of variables for " + rule_.name));
-  }
+  explicit ApplyTablesOp(OpKernelConstruction* ctx)
+      : UpdateKernel(ctx, "num_tables", 3, true) {}
 
   void Compute(OpKernelContext* ctx) override {
     // variables per table, then ids, gradients and learning rates per
     // table, then gradients_finite
-    const int n = num_tables_;
+    const int n = num_parts_;
     const int per_table = rule_.VariablesPerTable();
     const int num_vars = n * per_table;
     const Tensor& go = ctx->input(ctx->num_inputs() - 1);
@@ -450,9 +452,8 @@ class ApplyTablesOp : public OpKernel {
     }
     std::vector<Part> parts(n);
     std::vector<int64_t> dims;
-    int64_t unused = -1;
-    OP_REQUIRES_OK(ctx, ReadParts(ctx, num_vars, table_names_, true, &parts,
-                                  &unused, &dims));
+    OP_REQUIRES_OK(ctx, ReadParts(ctx, num_vars, table_names_, &parts, &dims,
+                                  false));
     std::vector<bool*> ok;
     OP_REQUIRES_OK(ctx, FiniteOutputs(ctx, n, &ok));
     if (!go.scalar<bool>()()) return;
@@ -479,11 +480,6 @@ class ApplyTablesOp : public OpKernel {
     }
     ApplyAllOrNothing(ctx, rule_, parts, targets, ok);
   }
-
- private:
-  std::vector<std::string> table_names_;
-  int num_tables_;
-  RuleAttrs rule_;
 };
 
 // TfembRestoreRows: unless `keep`, the rows and slots TfembApplyRows
@@ -515,9 +511,7 @@ class RestoreRowsOp : public OpKernel {
     if (keep.scalar<bool>()()) return;
     const int num_vars = ctx->num_inputs() - 2 - num_parts_;
     std::vector<Part> parts(num_parts_);
-    int64_t unused = -1;
-    OP_REQUIRES_OK(ctx, ReadParts(ctx, num_vars, table_names_, false, &parts,
-                                  &unused));
+    OP_REQUIRES_OK(ctx, ReadParts(ctx, num_vars, table_names_, &parts));
     const std::vector<int64_t> first = FirstRows(parts);
     const Tensor& undo = ctx->input(ctx->num_inputs() - 2);
     // A row of undo: the whole interleaved row, or a row of each variable.
