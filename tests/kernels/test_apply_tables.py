@@ -7,6 +7,8 @@ learning rate. A finite update gives the numpy reference's rows for every
 table; where one table's update would overflow, no table changes; with
 `gradients_finite` False nothing is computed or written. Separate slot
 variables and an interleaved storage ([rows, (1 + slots) x dim]) alike.
+With positions, the op takes one gradient row per id looked up and sums
+them per distinct id itself: the reference sums them with numpy first.
 """
 
 import numpy as np
@@ -58,16 +60,22 @@ class _Variables:
       return both[:, :DIMS[v]], both[:, DIMS[v]:]
     return tuple(x.numpy() for x in self.vars[v])
 
-  def apply(self, grads, gradients_finite=True):
+  def apply(self, grads, gradients_finite=True, positions=None,
+            raise_non_finite=False):
+    """`grads` by table: one row per distinct id, or with `positions` (by
+    table) one per id looked up."""
     lib = fused_ops._library()  # pylint: disable=protected-access
     finite = lib.tfemb_apply_tables(
         variables=[x.handle for v, _, _ in TABLES.values()
                    for x in self.vars[v]],
         ids=[tf.constant(ids, tf.int64) for _, ids, _ in TABLES.values()],
         gradients=[tf.constant(grads[t]) for t in TABLES],
+        positions=[tf.constant(positions[t], tf.int64)
+                   for t in TABLES] if positions else [],
         learning_rates=[tf.constant(lr) for _, _, lr in TABLES.values()],
         gradients_finite=tf.constant(gradients_finite),
-        table_names=list(TABLES), interleaved=self.interleaved, **ADAGRAD)
+        table_names=list(TABLES), interleaved=self.interleaved,
+        raise_non_finite=raise_non_finite, **ADAGRAD)
     return [bool(f) for f in finite]
 
 
@@ -131,6 +139,65 @@ def test_an_id_outside_a_table_is_refused_naming_it_and_writes_nothing():
       variables.apply(grads)
   finally:
     TABLES["c"] = saved
+  for v in DIMS:
+    for got, expected in zip(variables.values(v), start[v]):
+      np.testing.assert_array_equal(got, expected, err_msg=v)
+
+
+def _per_id(seed):
+  """Each table's ids looked up as positions among its distinct ids (every
+  distinct id at least once, most several times, in no order) and one
+  gradient row per id looked up."""
+  rng = np.random.default_rng(seed)
+  positions, grads = {}, {}
+  for t, (v, ids, _) in TABLES.items():
+    pos = np.concatenate([np.arange(len(ids)),
+                          rng.integers(0, len(ids), size=2 * len(ids) + 1)])
+    positions[t] = rng.permutation(pos)
+    grads[t] = rng.normal(size=(len(pos), DIMS[v])).astype(np.float32)
+  return positions, grads
+
+
+def _summed(positions, grads):
+  """The reference's sum: each distinct id's rows added up (float64)."""
+  out = {}
+  for t, (_, ids, _) in TABLES.items():
+    out[t] = np.zeros((len(ids), grads[t].shape[1]))
+    np.add.at(out[t], positions[t], grads[t].astype(np.float64))
+  return out
+
+
+def test_per_id_gradients_are_summed_then_updated(interleaved):
+  start, _ = _start(4)
+  positions, grads = _per_id(4)
+  variables = _Variables(start, interleaved)
+  assert variables.apply(grads, positions=positions) == [True, True, True]
+  want = _adagrad(start, _summed(positions, grads))
+  for v in DIMS:
+    for got, expected in zip(variables.values(v), want[v]):
+      np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6,
+                                 err_msg=v)
+
+
+@pytest.mark.parametrize("raising", [False, True], ids=["skip", "raise"])
+@pytest.mark.parametrize("bad", list(TABLES))
+def test_a_gradient_summing_past_float32_leaves_every_table_unchanged(
+    interleaved, bad, raising):
+  # Two finite rows of one id whose sum overflows: the check is of the sum.
+  start, _ = _start(5)
+  positions, grads = _per_id(5)
+  positions[bad][:2] = 0
+  grads[bad][:2, 1] = 3e38
+  assert np.isfinite(grads[bad]).all()
+  variables = _Variables(start, interleaved)
+  if raising:
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=rf"Table `{bad}`: non-finite \(NaN or Inf\) "
+                       "embedding gradient; no table was updated"):
+      variables.apply(grads, positions=positions, raise_non_finite=True)
+  else:
+    assert variables.apply(grads, positions=positions) == [
+        t != bad for t in TABLES]
   for v in DIMS:
     for got, expected in zip(variables.values(v), start[v]):
       np.testing.assert_array_equal(got, expected, err_msg=v)

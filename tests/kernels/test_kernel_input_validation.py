@@ -74,14 +74,15 @@ def restore(table, slots, id_list, undo, keep=False, **kw):
       undo=undo, keep=tf.constant(keep), **kw)
 
 
-def tables(variables, id_list, grads, lrs, go=True, attrs=SGD, **kw):
+def tables(variables, id_list, grads, lrs, go=True, attrs=SGD,
+           positions=(), **kw):
   """TfembApplyTables of tables "t", "u", ... (`variables`: each table's,
-  its parameters then its slots)."""
+  its parameters then its slots); with `positions`, `grads` per id."""
   kw.setdefault("table_names", ["t", "u"][:len(id_list)])
   return lib.tfemb_apply_tables(
       variables=[v.handle for v in variables], ids=id_list, gradients=grads,
-      learning_rates=lrs, gradients_finite=tf.constant(go),
-      **dict(attrs, **kw))
+      positions=list(positions), learning_rates=lrs,
+      gradients_finite=tf.constant(go), **dict(attrs, **kw))
 
 
 def row_gradients(grads, positions, unique):
@@ -263,6 +264,27 @@ CASES = {
     "tables_names_count": (
         lambda: tables([T, S], [ids(0), ids(1)], [tf.ones([1, 2])] * 2,
                        [LR, LR], table_names=["t"]), [T, S]),
+    "tables_per_id_position_out_of_range": (
+        lambda: tables([T, S], [ids(0, 1), ids(1)], [G2, tf.ones([3, 2])],
+                       [LR, LR], positions=[ids(0, 1), ids(0, 1, 0)]),
+        [T, S]),
+    "tables_per_id_negative_position": (
+        lambda: tables([T], [ids(0, 1)], [G2], [LR], positions=[ids(-1, 0)]),
+        [T]),
+    "tables_per_id_gradient_rows_mismatch": (
+        lambda: tables([T], [ids(0, 1)], [G2], [LR],
+                       positions=[ids(0, 1, 1)]), [T]),
+    "tables_per_id_positions_matrix": (
+        lambda: tables([T], [ids(0, 1)], [G2], [LR],
+                       positions=[tf.zeros([2, 1], tf.int64)]), [T]),
+    "tables_per_id_positions_count": (
+        lambda: tables([T, S], [ids(0), ids(1)], [tf.ones([1, 2])] * 2,
+                       [LR, LR], positions=[ids(0)]), [T, S]),
+    "tables_per_id_gradient_not_finite_raising": (
+        lambda: tables([T, S], [ids(0, 1), ids(1)],
+                       [G2, tf.constant([[3e38, 1.0], [3e38, 1.0]])],
+                       [LR, LR], positions=[ids(0, 1), ids(0, 0)],
+                       raise_non_finite=True), [T, S]),
     "tables_interleaved_of_other_width": (
         lambda: tables([WIDE], [ids(0, 1)], [G2], [LR], attrs=ADAGRAD,
                        interleaved=True), [WIDE]),
@@ -475,6 +497,13 @@ traced = {
     "tables_rows": lambda: tf.function(
         lambda: tables([T], [ids(0, 1, 2)], [G2], [LR])
     ).get_concrete_function(),
+    "tables_per_id_rows": lambda: tf.function(
+        lambda: tables([T], [ids(0, 1)], [G2], [LR], positions=[ids(0)])
+    ).get_concrete_function(),
+    "tables_positions_rank": lambda: tf.function(
+        lambda: tables([T], [ids(0, 1)], [G2], [LR],
+                       positions=[tf.zeros([2, 1], tf.int64)])
+    ).get_concrete_function(),
 }
 for name, trace in traced.items():
   try:
@@ -490,7 +519,7 @@ for name, trace in traced.items():
   if any(r["case"] == "__build__" for r in records):
     pytest.skip("the fused kernels cannot be built here (no C++ compiler)")
   assert done.returncode == 0, done.stderr[-2000:]
-  assert len(records) == 8, done.stderr[-2000:]
+  assert len(records) == 10, done.stderr[-2000:]
   for r in records:
     assert r["error"] is not None, r["case"]
     assert r["error"][0] == "ValueError", r

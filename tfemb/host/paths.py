@@ -38,6 +38,13 @@ class InPlace(NamedTuple):
   restore: Callable[[tf.Tensor], Any]  # restore(keep): taken back unless keep
 
 
+class PerIdGradients(NamedTuple):
+  """A table's gradients left for `TablePath.update_together` to sum: one
+  row per id looked up, and where each sits among the distinct ids."""
+  rows: tf.Tensor  # [ids looked up, dim]
+  positions: tf.Tensor  # [ids looked up], into the batch's `unique_ids`
+
+
 class TablePath(abc.ABC):
   """One table's share of a step, on the path chosen for the table once.
 
@@ -88,16 +95,29 @@ class TablePath(abc.ABC):
     each table's update is `prepare`d under the step's lock."""
     return None
 
+  def per_id_gradients(self, batch, entry_grads: Sequence[tf.Tensor]
+                       ) -> PerIdGradients:
+    """The table's gradients unsummed, for an `update_together` that sums
+    them itself (one replica: the sums need no exchange first). Only for
+    paths that give a `together_key`."""
+    raise NotImplementedError(f"{type(self).__name__} sums its gradients "
+                              "in row_gradients")
+
   @classmethod
   def update_together(cls, paths: Sequence["TablePath"],
-                      ids: Sequence[tf.Tensor], grads: Sequence[tf.Tensor],
-                      lrs: Sequence[tf.Tensor],
-                      gradients_finite: tf.Tensor) -> List[tf.Tensor]:
+                      ids: Sequence[tf.Tensor],
+                      grads: Sequence[Union[tf.Tensor, PerIdGradients]],
+                      lrs: Sequence[tf.Tensor], gradients_finite: tf.Tensor,
+                      raising: bool = False) -> List[tf.Tensor]:
     """Every table's update (by table, as in `prepare`) in one op that is
     all or nothing by itself, needing no lock: each table's new rows and
     slots written where all are finite, else none (and, unless
     `gradients_finite`, nothing computed). Returns each table's
-    finiteness. Only for paths that give a `together_key`."""
+    finiteness. `grads`: each table's summed gradients (`row_gradients`),
+    or all of them `per_id_gradients`, which the op sums first; a table
+    whose sum is not finite is then not finite either, and with `raising`
+    the op fails naming it, writing nothing. Only for paths that give a
+    `together_key`."""
     raise NotImplementedError(f"{cls.__name__} updates its tables one by one")
 
   @abc.abstractmethod

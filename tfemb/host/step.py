@@ -179,32 +179,48 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
   Every check (inputs, gradients, learning rates) comes before the first
   write, and a table's update stays only if every table's new rows and
   slots are finite; the updates are read, computed and written under
-  `policy.serialized`, so concurrent steps on one object lose no update.
+  `policy.serialized`, or by one op that holds every table itself where
+  their paths can update them together (`_commit_together`), so
+  concurrent steps on one object lose no update.
   """
   raising = policy.raising and not loss_scaled
   multi_replica = replicas.in_multi_replica_step()
-  updates, checks, finite = _row_updates(config, batch, flat_grads, raising,
-                                         multi_replica)
+  together = _together([path for path, _ in batch.tables.values()], more)
+  updates, checks, finite = _row_updates(
+      config, batch, flat_grads, raising, multi_replica,
+      summed_in_update=together and not multi_replica)
   rates, rate_checks = _learning_rates(config, updates)
   checks += rate_checks + [c for u in more for c in u.checks]
-  written = _commit(policy, updates, rates, more, checks, finite, raising,
-                    counted=not loss_scaled, global_batch=multi_replica)
+  if together:
+    written = _commit_together(policy, updates, rates, checks, finite,
+                               raising, counted=not loss_scaled)
+  else:
+    written = _commit(policy, updates, rates, more, checks, finite, raising,
+                      counted=not loss_scaled, global_batch=multi_replica)
   _count_step(resolution.counting_learning_rates(config.tables), written,
               raising)
 
 
 def _row_updates(config: resolution.Resolved, batch: Batch, flat_grads,
-                 raising: bool, multi_replica: bool):
+                 raising: bool, multi_replica: bool,
+                 summed_in_update: bool = False):
   """Per table, the distinct ids and their summed gradients (the global
   batch's under several replicas, as the TPU sums them), staged on the
   table's path; the checks the writes wait for, and per table whether its
-  gradient is finite."""
+  gradient is finite. With `summed_in_update`, each table's gradients
+  unsummed instead (`TablePath.per_id_gradients`): the update sums and
+  checks them itself."""
   updates, checks, finite = [], list(batch.checks), []
   for t, (path, table_batch) in batch.tables.items():
     sparse_update.optimizer_of(path.table)
     entry_grads, grad_checks = _entry_gradients(config, table_batch, batch,
                                                 flat_grads)
     checks += grad_checks
+    if summed_in_update:  # the update's op reports the gradient's finiteness
+      updates.append(_TableUpdate(
+          t, path, table_batch, table_batch.unique_ids,
+          path.per_id_gradients(table_batch, entry_grads), None))
+      continue
     # Under several replicas the check is of the global gradient, below.
     grads, table_finite = path.row_gradients(
         table_batch, entry_grads, raising and not multi_replica)
@@ -250,12 +266,7 @@ def _commit(policy: NonFinitePolicy, updates: Sequence[_TableUpdate],
   update is written once every update is known finite; an `InPlace` one,
   written as it was computed, is taken back unless they all are, before
   anything else of the step can see it (a refused step fails after that).
-  Returns whether the step was written. Where every table's path can
-  update them all in one op (`TablePath.together_key`), that op alone,
-  all or nothing by itself, with no lock (`_commit_together`)."""
-  if _together(updates, more):
-    return _commit_together(policy, updates, rates, checks, finite, raising,
-                            counted)
+  Returns whether the step was written."""
 
   def update():
     def prepare(u, lr):
@@ -300,14 +311,14 @@ def _commit(policy: NonFinitePolicy, updates: Sequence[_TableUpdate],
   return policy.serialized(update)
 
 
-def _together(updates: Sequence[_TableUpdate], more: Sequence[Update]
-              ) -> bool:
+def _together(paths: Sequence[TablePath], more: Sequence[Update]) -> bool:
   """Whether one op of the tables' paths can take the step's whole update
-  (`TablePath.update_together`): no update beside the tables', and every
-  table's path of one class with one key."""
-  if more or not updates:
+  (`TablePath.update_together`, `_commit_together` instead of `_commit`):
+  no update beside the tables', and every table's path of one class with
+  one key."""
+  if more or not paths:
     return False
-  keys = [(type(u.path), u.path.together_key()) for u in updates]
+  keys = [(type(p), p.together_key()) for p in paths]
   return keys[0][1] is not None and all(k == keys[0] for k in keys)
 
 
@@ -318,12 +329,14 @@ def _commit_together(policy: NonFinitePolicy,
   passed. It locks every variable it writes for as long as it runs and
   waits for nothing meanwhile, so it needs no lock of the step's: what
   the lock keeps (no update lost to a concurrent step, none half taken
-  back) the op keeps by itself."""
-  go = tf.constant(True) if raising else tf.reduce_all(finite)
+  back) the op keeps by itself. Where it sums the gradients itself
+  (`_row_updates`' `summed_in_update`), `finite` is empty: each table's
+  answer covers its gradient too."""
+  go = tf.constant(True) if raising or not finite else tf.reduce_all(finite)
   with tf.control_dependencies(checks):
     applied = type(updates[0].path).update_together(
         [u.path for u in updates], [u.ids for u in updates],
-        [u.grads for u in updates], rates, go)
+        [u.grads for u in updates], rates, go, raising)
   value_checks = policy.checks(
       applied, [u.path.table.name for u in updates]) if raising else []
 

@@ -28,6 +28,7 @@ from tfemb.host import sparse_update
 from tfemb.host.paths import InPlace
 from tfemb.host.paths import Member
 from tfemb.host.paths import Pending
+from tfemb.host.paths import PerIdGradients
 from tfemb.host.paths import TablePath
 from tfemb.host.row_reads import gather_rows
 from tfemb.host.table_store import TableVariables
@@ -192,12 +193,20 @@ class FusedTable(_Path):
       return None
     return fused_ops.update_key(self.table, self.variables)
 
+  def per_id_gradients(self, batch: FusedBatch, entry_grads
+                       ) -> PerIdGradients:
+    return PerIdGradients(concat(entry_grads), batch.positions)
+
   @classmethod
-  def update_together(cls, paths, ids, grads, lrs, gradients_finite):
+  def update_together(cls, paths, ids, grads, lrs, gradients_finite,
+                      raising=False):
     # Every table's optimizer was checked with its row gradients.
-    return fused_ops.apply_tables([p.table for p in paths],
-                                  [p.variables for p in paths], ids, grads,
-                                  lrs, gradients_finite)
+    per_id = isinstance(grads[0], PerIdGradients)
+    return fused_ops.apply_tables(
+        [p.table for p in paths], [p.variables for p in paths], ids,
+        [g.rows for g in grads] if per_id else grads, lrs, gradients_finite,
+        positions=[g.positions for g in grads] if per_id else None,
+        raise_non_finite=raising)
 
   def prepare(self, batch: FusedBatch, ids, grads, lr, global_batch: bool,
               staged: None = None) -> Union[Pending, InPlace]:

@@ -30,6 +30,7 @@ HEADERS = [os.path.join(SOURCE_DIR, name) for name in (
     "huge_pages.h",     # tables backed by 2 MiB pages
     "input_checks.h",   # a variable checked before it is read as floats
     "row_loops.h",      # a row's loops, compiled for the common widths
+    "row_sums.h",       # per-id gradients summed per distinct id
     "tf_kernel.h",      # TensorFlow's kernel framework and names, once
     "update_rules.h",   # the optimizers' row rules and the whole update
 )]

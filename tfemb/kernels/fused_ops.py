@@ -18,10 +18,11 @@ below is one op per table, run by the build this process loaded
   nothing: whether the new rows and slots are finite (else nothing
   changed), and the rows as they were; `restore_rows(...)` puts them back
   when the step as a whole is not finite.
-* `apply_tables(tables, variables, ids, grads, lrs, gradients_finite)`:
-  `apply_rows` on several tables of one rule (`update_key`) in one op, all
-  or nothing by itself: a step's whole update, with no lock around it and
-  nothing to restore after it.
+* `apply_tables(tables, variables, ids, grads, lrs, gradients_finite,
+  positions)`: `apply_rows` on several tables of one rule (`update_key`)
+  in one op, all or nothing by itself: a step's whole update, with no lock
+  around it and nothing to restore after it. With `positions` it sums each
+  table's per-id gradients itself first (as `row_gradients`).
 * `read_columns`, `write_columns`, `split_columns`, `rejoin_columns`: an
   interleaved table's columns (`tfemb.interleaved_tables`), read, written,
   and saved without a second copy of the table.
@@ -298,21 +299,30 @@ def update_key(table, variables) -> tuple:
           bool(_row_width(variables["parameters"])))
 
 
-def apply_tables(tables, variables, ids, grads, lrs,
-                 gradients_finite) -> List[tf.Tensor]:
+def apply_tables(tables, variables, ids, grads, lrs, gradients_finite,
+                 positions=None, raise_non_finite=False) -> List[tf.Tensor]:
   """`apply_rows` on every table of `tables` (one `update_key`), with
   `variables`, `ids`, `grads` and learning rates `lrs` by table, in one op:
   each table's new rows and slots are written in place and all are put
   back if any is not finite. Returns whether each table's new values are
   finite. Unless `gradients_finite` (a bool scalar), nothing is computed or
-  written (and every table's answer is True)."""
+  written (and every table's answer is True).
+
+  With `positions` (by table), `grads` are one row per id looked up, and
+  the op sums each table's into its distinct ids' rows at those positions
+  (as `row_gradients`) right before its update; a table whose sum is not
+  finite answers False, and nothing is written. With `raise_non_finite`,
+  the op then fails naming that table instead.
+  """
   inputs = [_variable_inputs(t, v) for t, v in zip(tables, variables)]
   return _library().tfemb_apply_tables(
       variables=[h for i in inputs for h in [i["parameters"]] + i["slots"]],
-      ids=list(ids), gradients=list(grads), learning_rates=list(lrs),
-      gradients_finite=gradients_finite,
+      ids=list(ids), gradients=list(grads),
+      positions=list(positions) if positions is not None else [],
+      learning_rates=list(lrs), gradients_finite=gradients_finite,
       table_names=[t.name for t in tables],
       interleaved=inputs[0]["interleaved"],
+      raise_non_finite=raise_non_finite,
       **update_attributes(tables[0].optimizer))
 
 

@@ -7,7 +7,7 @@
 // a part per table. With `interleaved`, the slots sit beside the parameters
 // in one variable of [rows, (1 + slots) x dim]. TfembApplyTables updates
 // several tables with variables of their own in one op, all or nothing by
-// itself.
+// itself, and can sum each table's per-id gradients first.
 
 #define EIGEN_USE_THREADS
 
@@ -30,6 +30,7 @@
 #include "column_split.h"
 #include "huge_pages.h"
 #include "input_checks.h"
+#include "row_sums.h"
 #include "update_rules.h"
 
 namespace tfemb {
@@ -207,11 +208,13 @@ std::vector<int64_t> FirstRows(const std::vector<Part>& parts) {
 
 // Per part: `ids` vector and, with `dims`, `rows` [ids, dim] and its dim
 // (the same for every part if `one_dim`); the error names the part's table.
+// With `per_id`, the gradients are the ids looked up, one row each, at the
+// positions (vectors) that follow them: [positions, dim], left to sum.
 absl::Status ReadParts(OpKernelContext* ctx, int first_ids,
                        const std::vector<std::string>& names,
                        std::vector<Part>* parts,
                        std::vector<int64_t>* dims = nullptr,
-                       bool one_dim = true) {
+                       bool one_dim = true, bool per_id = false) {
   const int n = static_cast<int>(parts->size());
   for (int k = 0; k < n; ++k) {
     const Tensor& ids = ctx->input(first_ids + k);
@@ -223,11 +226,22 @@ absl::Status ReadParts(OpKernelContext* ctx, int first_ids,
     (*parts)[k] = Part{ids.flat<int64_t>().data(), nullptr, ids.dim_size(0)};
     if (dims == nullptr) continue;
     const Tensor& grads = ctx->input(first_ids + n + k);
-    const int64_t u = ids.dim_size(0);
-    if (grads.dims() != 2 || grads.dim_size(0) != u ||
+    int64_t rows = ids.dim_size(0);
+    std::string what = absl::StrCat(rows, " ids");
+    if (per_id) {
+      const Tensor& positions = ctx->input(first_ids + 2 * n + k);
+      if (positions.dims() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Table `", names[k], "`: positions must be a vector; got ",
+            positions.shape().DebugString()));
+      }
+      rows = positions.dim_size(0);
+      what = absl::StrCat(rows, " ids looked up");
+    }
+    if (grads.dims() != 2 || grads.dim_size(0) != rows ||
         (one_dim && k > 0 && grads.dim_size(1) != (*dims)[0])) {
       return absl::InvalidArgumentError(
-          absl::StrCat("Table `", names[k], "`: ", u, " ids but gradients ",
+          absl::StrCat("Table `", names[k], "`: ", what, " but gradients ",
                        grads.shape().DebugString()));
     }
     dims->push_back(grads.dim_size(1));
@@ -331,21 +345,31 @@ absl::Status FiniteOutputs(OpKernelContext* ctx, int n,
 }
 
 // Every part's update, side by side (`ok[k]`: part k's new values are
-// finite); where any part's are not, every part is put back.
+// finite); where any part's are not, every part updated is put back.
+// `ready(k)`, where given, runs first in part k's turn: false leaves part k
+// as it is (and `ok[k]` false), so every part is put back too.
 void ApplyAllOrNothing(OpKernelContext* ctx, const RuleAttrs& rule,
                        const std::vector<Part>& parts,
                        const std::vector<Target>& targets,
-                       const std::vector<bool*>& ok) {
+                       const std::vector<bool*>& ok,
+                       const std::function<bool(int)>& ready = nullptr) {
+  std::vector<char> applied(parts.size(), 0);
   ForParts(ctx, parts, [&](const Part& part, int k) {
+    if (ready && !ready(k)) {
+      *ok[k] = false;
+      return;
+    }
     const Target& t = targets[k];
     *ok[k] = rule.apply(t.p, part.id, part.rows, part.u, t.dim, t.stride,
                         t.table.w, t.table.s0, t.table.s1, t.undo);
+    applied[k] = 1;
   });
   if (std::all_of(ok.begin(), ok.end(), [](bool* b) { return *b; })) {
     return;
   }
   // A part's new values are not all finite: no part is written.
   ForParts(ctx, parts, [&](const Part& part, int k) {
+    if (!applied[k]) return;
     const Target& t = targets[k];
     RestoreAll(part.id, part.u, t.dim, t.stride, t.width, t.undo, t.table.w,
                t.table.s0, t.table.s1);
@@ -428,17 +452,34 @@ class ApplyRowsOp : public UpdateKernel {
 // update is then one op, all or nothing by itself: no lock around it and
 // no TfembRestoreRows after it. With `gradients_finite` false nothing is
 // computed or written (a gradient of the step is not finite).
+//
+// With positions (`num_positions` = `num_tables`), each table's gradients
+// are one row per id looked up, and the op sums them into its distinct
+// ids' rows itself (as TfembRowGradients), each table right before its
+// update: no op and no hand-off between the sums and the update. A table
+// whose summed gradient is not finite is not updated, its `finite` is
+// false and every table is put back; with `raise_non_finite`, the op fails
+// naming it, after putting them back.
 class ApplyTablesOp : public UpdateKernel {
  public:
   explicit ApplyTablesOp(OpKernelConstruction* ctx)
-      : UpdateKernel(ctx, "num_tables", 3, true) {}
+      : UpdateKernel(ctx, "num_tables", 3 + PerId(ctx), true) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("raise_non_finite", &raise_));
+    int positions;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_positions", &positions));
+    OP_REQUIRES(ctx, positions == 0 || positions == num_parts_,
+                absl::InvalidArgumentError(
+                    "num_positions: 0 or one per table"));
+    per_id_ = positions > 0;
+  }
 
   void Compute(OpKernelContext* ctx) override {
-    // variables per table, then ids, gradients and learning rates per
-    // table, then gradients_finite
+    // variables per table, then ids, gradients, positions (with per_id_)
+    // and learning rates per table, then gradients_finite
     const int n = num_parts_;
     const int per_table = rule_.VariablesPerTable();
     const int num_vars = n * per_table;
+    const int first_lr = num_vars + (per_id_ ? 3 : 2) * n;
     const Tensor& go = ctx->input(ctx->num_inputs() - 1);
     OP_REQUIRES(ctx, TensorShapeUtils::IsScalar(go.shape()),
                 absl::InvalidArgumentError(absl::StrCat(
@@ -447,25 +488,30 @@ class ApplyTablesOp : public UpdateKernel {
                     go.shape().DebugString())));
     std::vector<Update> p(n);
     for (int k = 0; k < n; ++k) {
-      OP_REQUIRES_OK(ctx, rule_.At(ctx->input(num_vars + 2 * n + k),
-                                   table_names_[k], &p[k]));
+      OP_REQUIRES_OK(ctx, rule_.At(ctx->input(first_lr + k), table_names_[k],
+                                   &p[k]));
     }
     std::vector<Part> parts(n);
     std::vector<int64_t> dims;
     OP_REQUIRES_OK(ctx, ReadParts(ctx, num_vars, table_names_, &parts, &dims,
-                                  false));
+                                  false, per_id_));
     std::vector<bool*> ok;
     OP_REQUIRES_OK(ctx, FiniteOutputs(ctx, n, &ok));
     if (!go.scalar<bool>()()) return;
     const int slots = rule_.slots;
     std::vector<int64_t> strides(n);
-    std::vector<Tensor> undo(n);
+    std::vector<Tensor> undo(n), sums(n);
     for (int k = 0; k < n; ++k) {
       strides[k] = rule_.interleaved ? (1 + slots) * dims[k] : dims[k];
       OP_REQUIRES_OK(ctx, ctx->allocate_temp(
                               ::tensorflow::DT_FLOAT,
                               TensorShape({parts[k].u, (1 + slots) * dims[k]}),
                               &undo[k]));
+      if (per_id_) {
+        OP_REQUIRES_OK(ctx, ctx->allocate_temp(
+                                ::tensorflow::DT_FLOAT,
+                                TensorShape({parts[k].u, dims[k]}), &sums[k]));
+      }
     }
     LockedTables locked;
     OP_REQUIRES_OK(ctx, locked.Open(ctx, 0, per_table, strides, slots,
@@ -478,8 +524,43 @@ class ApplyTablesOp : public UpdateKernel {
                                (1 + slots) * dims[k], locked.table(k),
                                undo[k].flat<float>().data()});
     }
-    ApplyAllOrNothing(ctx, rule_, parts, targets, ok);
+    if (!per_id_) {
+      ApplyAllOrNothing(ctx, rule_, parts, targets, ok);
+      return;
+    }
+    // Each table's gradient summed in its own turn, before its update; a
+    // bad position or a gradient that is not finite stops that table.
+    std::vector<absl::Status> refused(n);
+    std::vector<char> finite_gradient(n, 1);
+    ApplyAllOrNothing(ctx, rule_, parts, targets, ok, [&](int k) {
+      const Tensor& positions = ctx->input(num_vars + 2 * n + k);
+      const int64_t* pos = positions.flat<int64_t>().data();
+      const int64_t looked_up = positions.dim_size(0);
+      refused[k] = CheckPositions(pos, looked_up, parts[k].u,
+                                  table_names_[k]);
+      if (!refused[k].ok()) return false;
+      float* summed = sums[k].flat<float>().data();
+      SumRows(parts[k].rows, pos, looked_up, parts[k].u, dims[k], summed);
+      parts[k].rows = summed;
+      finite_gradient[k] = AllFinite(summed, parts[k].u * dims[k]);
+      return finite_gradient[k] != 0;
+    });
+    for (int k = 0; k < n; ++k) OP_REQUIRES_OK(ctx, refused[k]);
+    for (int k = 0; k < n && raise_; ++k) {
+      OP_REQUIRES(ctx, finite_gradient[k], NonFiniteGradient(table_names_[k]));
+    }
   }
+
+ private:
+  // 1 if the op sums per-id gradients (its positions), else 0.
+  static int PerId(OpKernelConstruction* ctx) {
+    int positions = 0;
+    return ctx->GetAttr("num_positions", &positions).ok() && positions > 0
+               ? 1 : 0;
+  }
+
+  bool per_id_ = false;
+  bool raise_ = false;
 };
 
 // TfembRestoreRows: unless `keep`, the rows and slots TfembApplyRows
@@ -615,11 +696,13 @@ REGISTER_OP("TfembApplyTables")
     .Input("variables: num_variables * resource")  // per table, in order
     .Input("ids: num_tables * int64")
     .Input("gradients: num_tables * float")
+    .Input("positions: num_positions * int64")  // none, or one per table
     .Input("learning_rates: num_tables * float")
     .Input("gradients_finite: bool")
     .Output("finite: num_tables * bool")  // each table's new values
     .Attr("num_variables: int >= 1")
     .Attr("num_tables: int >= 1")
+    .Attr("num_positions: int >= 0 = 0")
     .Attr("table_names: list(string)")  // one per table
     .Attr("rule: string")
     .Attr("hyperparameters: list(float)")
@@ -628,20 +711,33 @@ REGISTER_OP("TfembApplyTables")
     .Attr("weight_decay_factor: float")
     .Attr("multiply_weight_decay_by_lr: bool")
     .Attr("interleaved: bool = false")
+    .Attr("raise_non_finite: bool = false")  // with positions
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
-      int tables;
+      int tables, positions;
       TF_RETURN_IF_ERROR(c->GetAttr("num_tables", &tables));
-      const int first = c->num_inputs() - 1 - 3 * tables;  // the ids
+      TF_RETURN_IF_ERROR(c->GetAttr("num_positions", &positions));
+      if (positions != 0 && positions != tables) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "num_positions: 0 or one per table (", tables, "); got ",
+            positions));
+      }
+      const int first = c->num_inputs() - 1 - 3 * tables - positions;
       for (int k = 0; k < tables; ++k) {
         ShapeHandle ids, grads, lr;
         TF_RETURN_IF_ERROR(c->WithRank(c->input(first + k), 1, &ids));
         TF_RETURN_IF_ERROR(
             c->WithRank(c->input(first + tables + k), 2, &grads));
+        ShapeHandle rows_of = ids;  // the gradients' rows: the distinct ids
+        if (positions > 0) {  // or the ids looked up
+          TF_RETURN_IF_ERROR(
+              c->WithRank(c->input(first + 2 * tables + k), 1, &rows_of));
+        }
         DimensionHandle rows;
-        TF_RETURN_IF_ERROR(c->Merge(c->Dim(ids, 0), c->Dim(grads, 0), &rows));
         TF_RETURN_IF_ERROR(
-            c->WithRank(c->input(first + 2 * tables + k), 0, &lr));
+            c->Merge(c->Dim(rows_of, 0), c->Dim(grads, 0), &rows));
+        TF_RETURN_IF_ERROR(c->WithRank(
+            c->input(first + 2 * tables + positions + k), 0, &lr));
       }
       ShapeHandle unused;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(c->num_inputs() - 1), 0,

@@ -2,13 +2,12 @@
 // row (in the order of the ids, as unsorted_segment_sum) and whether it is
 // finite (or an error naming the table).
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
 
 #include "tf_kernel.h"
 
-#include "row_loops.h"
+#include "row_sums.h"
 
 namespace tfemb {
 namespace {
@@ -23,21 +22,6 @@ absl::Status RowGradientsShape(InferenceContext* c) {
   c->set_output(0, c->Matrix(c->Dim(unique_ids, 0), c->Dim(grads, 1)));
   c->set_output(1, c->Scalar());
   return absl::OkStatus();
-}
-
-inline void AddRow(float* __restrict row, const float* __restrict g,
-                   int64_t dim) {
-  for (int64_t d = 0; d < dim; ++d) row[d] += g[d];
-}
-
-// No NaN or Inf: the exponent bits of a float are all ones exactly then.
-inline bool AllFinite(const float* x, int64_t n) {
-  const uint32_t* bits = reinterpret_cast<const uint32_t*>(x);
-  uint32_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    bad |= static_cast<uint32_t>((bits[i] & 0x7f800000u) == 0x7f800000u);
-  }
-  return bad == 0;
 }
 
 class RowGradientsOp : public OpKernel {
@@ -63,25 +47,11 @@ class RowGradientsOp : public OpKernel {
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u, dim}), &out));
     float* sums = out->flat<float>().data();
-    std::fill(sums, sums + u * dim, 0.0f);
-    const float* g = grads.flat<float>().data();
     const int64_t* pos = positions.flat<int64_t>().data();
-    for (int64_t i = 0; i < n; ++i) {
-      OP_REQUIRES(ctx, pos[i] >= 0 && pos[i] < u,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "Table `", table_name_, "`: position ", pos[i],
-                      " outside [0, ", u, ") (the distinct ids)")));
-    }
-    WithWidth(dim, [&](auto width) {
-      const int64_t w = Width<decltype(width)::value>(dim);
-      for (int64_t i = 0; i < n; ++i) AddRow(sums + pos[i] * w, g + i * w, w);
-    });
+    OP_REQUIRES_OK(ctx, CheckPositions(pos, n, u, table_name_));
+    SumRows(grads.flat<float>().data(), pos, n, u, dim, sums);
     const bool finite = AllFinite(sums, u * dim);
-    OP_REQUIRES(ctx, finite || !raise_,
-                absl::InvalidArgumentError(absl::StrCat(
-                    "Table `", table_name_,
-                    "`: non-finite (NaN or Inf) embedding gradient; no table "
-                    "was updated.")));
+    OP_REQUIRES(ctx, finite || !raise_, NonFiniteGradient(table_name_));
     Tensor* ok = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &ok));
     ok->scalar<bool>()() = finite;

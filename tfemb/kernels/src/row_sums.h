@@ -1,0 +1,68 @@
+// Per-id gradients summed into one row per distinct id, in the order of the
+// ids (as unsorted_segment_sum), and the checks around it: TfembRowGradients
+// does this alone, TfembApplyTables right before each table's update.
+
+#ifndef TFEMB_KERNELS_ROW_SUMS_H_
+#define TFEMB_KERNELS_ROW_SUMS_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+#include "row_loops.h"
+
+namespace tfemb {
+
+// OK if every position is a row of the u distinct ids.
+inline absl::Status CheckPositions(const int64_t* pos, int64_t n, int64_t u,
+                                   const std::string& table) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (pos[i] < 0 || pos[i] >= u) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Table `", table, "`: position ", pos[i], " outside [0, ", u,
+          ") (the distinct ids)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// sums[pos[i]] += g[i] over the n rows of g, after zeroing the u rows of
+// sums; rows `dim` floats wide. Positions checked (above).
+inline void SumRows(const float* g, const int64_t* pos, int64_t n, int64_t u,
+                    int64_t dim, float* sums) {
+  std::fill(sums, sums + u * dim, 0.0f);
+  WithWidth(dim, [&](auto width) {
+    const int64_t w = Width<decltype(width)::value>(dim);
+    for (int64_t i = 0; i < n; ++i) {
+      float* __restrict row = sums + pos[i] * w;
+      const float* __restrict x = g + i * w;
+      for (int64_t d = 0; d < w; ++d) row[d] += x[d];
+    }
+  });
+}
+
+// No NaN or Inf: the exponent bits of a float are all ones exactly then.
+inline bool AllFinite(const float* x, int64_t n) {
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(x);
+  uint32_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    bad |= static_cast<uint32_t>((bits[i] & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad == 0;
+}
+
+// The error of a step whose summed gradient of `table` is not finite, under
+// the policy that raises (as tfemb/validation.py's finite_gradients).
+inline absl::Status NonFiniteGradient(const std::string& table) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "Table `", table,
+      "`: non-finite (NaN or Inf) embedding gradient; no table was "
+      "updated."));
+}
+
+}  // namespace tfemb
+
+#endif  // TFEMB_KERNELS_ROW_SUMS_H_
