@@ -185,7 +185,10 @@ def apply(config: resolution.Resolved, batch: Batch, flat_grads,
   """
   raising = policy.raising and not loss_scaled
   multi_replica = replicas.in_multi_replica_step()
-  together = _together([path for path, _ in batch.tables.values()], more)
+  paths = [path for path, _ in batch.tables.values()]
+  for path in paths:  # a table without an optimizer: an error naming it
+    sparse_update.optimizer_of(path.table)
+  together = _together(paths, more)
   updates, checks, finite = _row_updates(
       config, batch, flat_grads, raising, multi_replica,
       summed_in_update=together and not multi_replica)
@@ -212,7 +215,6 @@ def _row_updates(config: resolution.Resolved, batch: Batch, flat_grads,
   checks them itself."""
   updates, checks, finite = [], list(batch.checks), []
   for t, (path, table_batch) in batch.tables.items():
-    sparse_update.optimizer_of(path.table)
     entry_grads, grad_checks = _entry_gradients(config, table_batch, batch,
                                                 flat_grads)
     checks += grad_checks

@@ -200,7 +200,7 @@ class FusedTable(_Path):
   @classmethod
   def update_together(cls, paths, ids, grads, lrs, gradients_finite,
                       raising=False):
-    # Every table's optimizer was checked with its row gradients.
+    # Every table's optimizer was checked before (step.apply).
     per_id = isinstance(grads[0], PerIdGradients)
     return fused_ops.apply_tables(
         [p.table for p in paths], [p.variables for p in paths], ids,
