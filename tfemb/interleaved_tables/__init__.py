@@ -48,9 +48,10 @@ the storage behind a view (their `row_width` and `interleaved`
 attributes). Their C++ is in `tfemb/kernels/src/`: `column_split.cc`
 (and `column_split.h`) the save's split (`TfembSplitColumns`,
 `TfembRejoinColumns`); `read_write_columns.cc` the columns' reads and
-writes (`TfembReadColumns`, `TfembWriteColumns`); `dedup_gather.cc`
-and `apply_rows.cc` the whole-row lookup and update (`TfembDedupGather`,
-`TfembApplyRows`, `TfembRestoreRows`).
+writes (`TfembReadColumns`, `TfembWriteColumns`); `dedup_gather.cc`,
+`apply_rows.cc` and `apply_tables.cc` the whole-row lookup and update
+(`TfembDedupGather`, `TfembApplyRows`, `TfembRestoreRows`,
+`TfembApplyTables`).
 """
 
 from tfemb.interleaved_tables.column_view import ColumnView

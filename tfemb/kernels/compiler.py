@@ -14,7 +14,8 @@ SOURCE_DIR = os.path.join(os.path.dirname(__file__), "src")
 # One file per kernel (or pair of kernels), with its op's registration; a
 # build compiles them as one translation unit (`compile_command`).
 SOURCES = [os.path.join(SOURCE_DIR, name) for name in (
-    "apply_rows.cc",          # TfembApplyRows/Tables, TfembRestoreRows
+    "apply_rows.cc",          # TfembApplyRows, TfembRestoreRows
+    "apply_tables.cc",        # TfembApplyTables
     "column_split.cc",        # TfembSplitColumns, TfembRejoinColumns
     "dedup_gather.cc",        # TfembDedupGather
     "huge_pages.cc",          # TfembAdviseHugePages
@@ -32,6 +33,7 @@ HEADERS = [os.path.join(SOURCE_DIR, name) for name in (
     "row_loops.h",      # a row's loops, compiled for the common widths
     "row_sums.h",       # per-id gradients summed per distinct id
     "tf_kernel.h",      # TensorFlow's kernel framework and names, once
+    "update_kernel.h",  # what the update kernels share: locks, parts, rule
     "update_rules.h",   # the optimizers' row rules and the whole update
 )]
 # -ffp-contract=off: no fused multiply-adds, so every float operation rounds

@@ -188,9 +188,10 @@ inline uint32_t NonFinite(const float* x, int64_t n) {
 // in the same pass, so that RestoreAll can put them back: each update is
 // computed once. Returns whether every new value is finite.
 // kDim: the row width compiled in (WithWidth), or 0 for `width` at run time.
-// ApplyAll, ApplyRule and FindRule are static: apply_rows.cc alone
-// instantiates them, and with internal linkage the compiler inlines each
-// ApplyAll into its ApplyRule (a function called once), as in one file.
+// ApplyAll, ApplyRule and FindRule are static: the update kernels alone
+// instantiate them (update_kernel.h's RuleAttrs), and with internal linkage
+// the compiler inlines each ApplyAll into its ApplyRule (a function called
+// once), as in one file.
 template <typename Rule, int64_t kDim>
 static bool ApplyAll(const Update& p, const int64_t* ids, const float* grads,
                      int64_t u, int64_t width, int64_t stride, float* w,
