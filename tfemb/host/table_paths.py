@@ -210,9 +210,10 @@ class FusedTable(_Path):
 
   def prepare(self, batch: FusedBatch, ids, grads, lr, global_batch: bool,
               staged: None = None) -> Union[Pending, InPlace]:
-    del batch, global_batch, staged  # the kernels read the rows they update
+    # The kernels read the rows they update; every table's optimizer was
+    # checked before (step.apply).
+    del batch, global_batch, staged
     table, variables = self.table, self.variables
-    sparse_update.optimizer_of(table)
     if self.updates_in_place():
       applied = fused_ops.apply_rows(table, variables, ids, grads, lr)
       return InPlace(applied.finite, lambda keep: fused_ops.restore_rows(
