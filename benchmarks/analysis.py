@@ -109,6 +109,16 @@ def traffic_bound(runs, bandwidth, optimizer, vocab) -> Optional[dict]:
   return out
 
 
+def alternated_bound(run, optimizer, vocab) -> Optional[dict]:
+  """The embedding part against the bound with the copy bandwidth measured
+  between its blocks of steps in one process (bound.py): the ratio the
+  traffic-bound target is judged on when the run has it."""
+  for row in run.get("bound") or []:
+    if (row["optimizer"], row["vocab"]) == (optimizer, vocab) and ok(row):
+      return row
+  return None
+
+
 # The C++ floor's kinds (benchmarks/floor.py), the exact step first.
 FLOOR_KINDS = {"step": "the exact step", "rows": "the rows alone"}
 
@@ -202,37 +212,52 @@ def _flatness_target(run, opt, stack):
 
 
 def _bound_target(run, opt, size):
-  """The embedding part against the memory-traffic bound. Out of reach
-  when the exact step in C++ already takes more than the target allows
-  (where it was not measured: the rows alone in C++, plus the activations
-  and their gradients at copy bandwidth)."""
+  """The embedding part against the memory-traffic bound: judged on the
+  run with the bandwidth measured between the steps (bound.py) where the
+  run has it, else on the stack's own process against the bandwidth
+  measured at the start. Out of reach when the exact step in C++ already
+  takes more than the target allows (where it was not measured: the rows
+  alone in C++, plus the activations and their gradients at copy
+  bandwidth)."""
   b = traffic_bound(run["runs"], run.get("bandwidth"), opt, size)
-  if not b:
+  alt = alternated_bound(run, opt, size)
+  if not b and not alt:
     return None
-  measured = (f"{b['measured_ms']:.2f} ms vs {b['bound_ms']:.3f} ms "
-              f"({b['bytes'] / 1e6:.1f} MB): {b['ratio']:.1f}x "
-              f"(touched rows alone, {b['rows_bytes'] / 1e6:.1f} MB: "
-              f"{b['rows_ratio']:.1f}x)")
-  if "random_ratio" in b:
-    measured += (f"; for context, the rows at the random-row rate "
-                 f"({b['random_gbps']:.1f} GB/s): "
-                 f"{b['random_bound_ms']:.3f} ms, {b['random_ratio']:.1f}x")
+  parts = []
+  if alt:
+    parts.append(
+        f"bandwidth measured between the steps: {alt['median_ms']:.2f} ms "
+        f"vs {alt['bound_ms']:.3f} ms ({alt['bytes'] / 1e6:.1f} MB at "
+        f"{alt['copy_gbps']:.1f} GB/s): {alt['ratio']:.2f}x (blocks p10 "
+        f"{alt['ratio_p10']:.2f}x, p90 {alt['ratio_p90']:.2f}x)")
+  if b:
+    parts.append(
+        f"{'in its own process, ' if alt else ''}{b['measured_ms']:.2f} ms "
+        f"vs {b['bound_ms']:.3f} ms ({b['bytes'] / 1e6:.1f} MB): "
+        f"{b['ratio']:.1f}x (touched rows alone, "
+        f"{b['rows_bytes'] / 1e6:.1f} MB: {b['rows_ratio']:.1f}x)")
+    if "random_ratio" in b:
+      parts.append(f"for context, the rows at the random-row rate "
+                   f"({b['random_gbps']:.1f} GB/s): "
+                   f"{b['random_bound_ms']:.3f} ms, {b['random_ratio']:.1f}x")
+  bound_ms = b["bound_ms"] if b else alt["bound_ms"]
   reachable = None
   rows_alone, step = floor(run, opt) or {}, floor(run, opt, "step") or {}
-  if size in rows_alone:
+  if size in rows_alone and b:
     least = rows_alone[size] + b["batch_ms"]
-    measured += (f"; the rows alone in C++: {rows_alone[size]:.3f} ms, "
-                 f"{rows_alone[size] / b['bound_ms']:.1f}x, and with the "
+    parts.append(f"the rows alone in C++: {rows_alone[size]:.3f} ms, "
+                 f"{rows_alone[size] / bound_ms:.1f}x, and with the "
                  f"activations and gradients: {least:.3f} ms, "
-                 f"{least / b['bound_ms']:.1f}x")
-    reachable = least <= BOUND * b["bound_ms"]
+                 f"{least / bound_ms:.1f}x")
+    reachable = least <= BOUND * bound_ms
   if size in step:
-    measured += (f"; the exact step in C++: {step[size]:.3f} ms, "
-                 f"{step[size] / b['bound_ms']:.1f}x")
-    reachable = step[size] <= BOUND * b["bound_ms"]
+    parts.append(f"the exact step in C++: {step[size]:.3f} ms, "
+                 f"{step[size] / bound_ms:.1f}x")
+    reachable = step[size] <= BOUND * bound_ms
+  ratio = alt["ratio"] if alt else b["ratio"]
   return (f"{opt} at {size:,} rows: embedding part <= {BOUND}x the "
-          "memory-traffic bound", measured,
-          _verdict(b["ratio"] <= BOUND, reachable))
+          "memory-traffic bound", "; ".join(parts),
+          _verdict(ratio <= BOUND, reachable))
 
 
 def floor_speedup(run, optimizer, size) -> Optional[Tuple[float, float]]:

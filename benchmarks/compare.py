@@ -11,8 +11,10 @@ Adagrad and Adam. Runs are sequential (never two at once): first the
 machine's copy bandwidth, then per size, optimizer and stack one child
 process, then per optimizer one child that times tfemb at the smallest and
 the largest size side by side (flatness.py), then the same sizes' rows
-alone in C++ (floor.py), the floor memory sets, and the embedding part on
-one thread and on every core at the largest size (threads.py). Writes
+alone in C++ (floor.py), the floor memory sets, the embedding part on
+one thread and on every core at the largest size (threads.py), and per
+optimizer and size the embedding part against the traffic bound with the
+bandwidth measured between its steps (bound.py). Writes
 results.json, results.md and step_time.png to --out and prints the
 markdown report.
 """
@@ -32,7 +34,7 @@ from benchmarks.stacks import BY_NAME, REPO, STACKS
 from benchmarks.workload import OPTIMIZERS, format_size, parse_size
 
 QUICK = dict(sizes="1k,10k", steps=6, warmup=2, min_steps=3, max_seconds=20,
-             paired_blocks=4, thread_rounds=1)
+             paired_blocks=4, thread_rounds=1, bound_blocks=4)
 PAIRED_STACKS = ("tfemb", "tfemb-emb")  # flatness measured side by side
 
 
@@ -74,6 +76,10 @@ def parse_args(argv=None):
   p.add_argument("--thread-rounds", type=int, default=2,
                  help="rounds of the embedding part on one thread and on "
                  "every core at the largest size (threads.py; 0 skips them)")
+  p.add_argument("--bound-blocks", type=int, default=24,
+                 help="blocks per optimizer and size of the embedding part "
+                 "against the traffic bound, the bandwidth measured between "
+                 "them (bound.py; 0 skips them)")
   args = p.parse_args(argv)
   if args.quick:
     for k, v in QUICK.items():
@@ -153,6 +159,7 @@ def run_suite(args, run, save):
   if not args.no_floor:
     run_floor(args, run, save, limits)
   run_threads(args, run, save, limits, failed)
+  run_bound(args, run, save, limits, failed)
 
 
 def run_paired(args, run, save, limits, stacks, failed):
@@ -208,6 +215,22 @@ def run_floor(args, run, save, limits):
     print(f"floor: {out.status}: {out.detail}", flush=True)
 
 
+def _embedding_part(args, limits, failed, opt, vocab, module, argv, log):
+  """The row of one measurement of the embedding part (`tfemb-emb`) at
+  `opt` and `vocab`: `module` run with `argv` (logged to logs/`log`.log),
+  or skipped where the stack ran out of memory at a smaller size."""
+  row = {"stack": "tfemb-emb", "optimizer": opt, "vocab": vocab}
+  if ("tfemb-emb", opt) in failed:
+    row.update(status="out of memory", detail="skipped: out of memory "
+               f"at {format_size(failed['tfemb-emb', opt])}")
+    return row
+  out = runner.run(
+      module, ["--optimizer", opt, "--vocab", str(vocab)] + argv,
+      limits=limits, log_path=os.path.join(args.out, "logs", log + ".log"))
+  row.update(out.result or {}, status=out.status, detail=out.detail)
+  return row
+
+
 def run_threads(args, run, save, limits, failed):
   """The embedding part (`tfemb-emb`) at the largest size on one thread and
   on every core, per optimizer (benchmarks/threads.py)."""
@@ -216,18 +239,10 @@ def run_threads(args, run, save, limits, failed):
   vocab = max(parse_size(s) for s in args.sizes.split(","))
   run.setdefault("threads", [])
   for opt in args.optimizers.split(","):
-    row = {"stack": "tfemb-emb", "optimizer": opt, "vocab": vocab}
-    if ("tfemb-emb", opt) in failed:
-      row.update(status="out of memory", detail="skipped: out of memory "
-                 f"at {format_size(failed['tfemb-emb', opt])}")
-    else:
-      out = runner.run(
-          "benchmarks.threads",
-          ["--optimizer", opt, "--vocab", str(vocab),
-           "--rounds", str(args.thread_rounds), "--steps", str(args.steps)],
-          limits=limits,
-          log_path=os.path.join(args.out, "logs", f"threads-{opt}.log"))
-      row.update(out.result or {}, status=out.status, detail=out.detail)
+    row = _embedding_part(
+        args, limits, failed, opt, vocab, "benchmarks.threads",
+        ["--rounds", str(args.thread_rounds), "--steps", str(args.steps)],
+        f"threads-{opt}")
     run["threads"].append(row)
     save()
     print(f"threads  {opt:8s} " + (
@@ -235,6 +250,28 @@ def run_threads(args, run, save, limits, failed):
         f"{row['all_cores_ms']:.2f} ms: {row['speedup']:.2f}x"
         if row["status"] == "ok" else f"{row['status']}: {row['detail']}"),
         flush=True)
+
+
+def run_bound(args, run, save, limits, failed):
+  """The embedding part (`tfemb-emb`) against the memory-traffic bound per
+  optimizer and size, the copy bandwidth measured between its blocks of
+  steps in one process (benchmarks/bound.py)."""
+  if args.bound_blocks <= 0 or "tfemb-emb" not in args.stacks.split(","):
+    return
+  run.setdefault("bound", [])
+  for vocab in [parse_size(s) for s in args.sizes.split(",")]:
+    for opt in args.optimizers.split(","):
+      row = _embedding_part(
+          args, limits, failed, opt, vocab, "benchmarks.bound",
+          ["--blocks", str(args.bound_blocks),
+           "--max-seconds", str(args.max_seconds)],
+          f"bound-{opt}-{format_size(vocab)}")
+      run["bound"].append(row)
+      save()
+      print(f"bound    {opt:8s} {format_size(vocab):>5s} " + (
+          f"{row['median_ms']:.2f} ms vs {row['bound_ms']:.3f} ms: "
+          f"{row['ratio']:.2f}x" if row["status"] == "ok" else
+          f"{row['status']}: {row['detail']}"), flush=True)
 
 
 def _progress(row) -> str:

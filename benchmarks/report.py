@@ -1,6 +1,7 @@
 """The run's report: markdown tables and a PNG plot (matplotlib)."""
 
 import re
+import statistics
 from typing import List
 
 from benchmarks import analysis
@@ -126,6 +127,31 @@ def threads_table(run) -> List[str]:
   return lines
 
 
+def bound_table(run) -> List[str]:
+  """The embedding part against the traffic bound, the copy bandwidth
+  measured between its blocks of steps (bound.py)."""
+  rows = run.get("bound") or []
+  if not rows:
+    return []
+  lines = ["| optimizer | rows/table | median step (ms) | copy bandwidth "
+           "(GB/s) | bound (ms) | ratio | per-block ratio p10 / p90 "
+           "| blocks | CPU stolen by the host (ms per step, mean) |",
+           "|---|---|---:|---:|---:|---:|---|---:|---:|"]
+  for r in rows:
+    where = f"| {r['optimizer']} | {format_size(r['vocab'])} |"
+    if r["status"] != "ok":
+      lines.append(f"{where} {r['status']}: {r['detail']} | - | - | - | - "
+                   "| - | - |")
+      continue
+    stolen = statistics.mean(b["stolen_ms_per_step"] for b in r["blocks"])
+    lines.append(f"{where} {r['median_ms']:.2f} | {r['copy_gbps']:.1f} | "
+                 f"{r['bound_ms']:.3f} | {r['ratio']:.2f}x | "
+                 f"{r['ratio_p10']:.2f} / {r['ratio_p90']:.2f} | "
+                 f"{len(r['blocks'])} of {r['block_steps']} steps | "
+                 f"{stolen:.3f} |")
+  return lines
+
+
 def floor_lines(run) -> List[str]:
   """How the C++ floor (benchmarks/floor.py) was measured, or why not."""
   floor = run.get("floor")
@@ -203,6 +229,10 @@ def markdown(run) -> str:
   if threads:
     out += ["", "### Threads: the embedding part on one thread and on every "
             "core", ""] + threads
+  bound = bound_table(run)
+  if bound:
+    out += ["", "### The embedding part against the traffic bound, the "
+            "bandwidth measured between its steps", ""] + bound
   out += ["", "### Targets", "", TARGETS_NOTE, ""] + targets_table(run)
   return "\n".join(out) + "\n"
 

@@ -15,23 +15,17 @@ over the rounds, one thread / every core: at most the number of cores,
 below 1 if more threads make it slower.
 """
 
-import argparse
 import os
 import statistics
 import tempfile
 
 from benchmarks import cli
 from benchmarks import runner
-from benchmarks import workload as workload_lib
 from benchmarks.stacks import BY_NAME
 
 
 def parse_args(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--stack", default="tfemb-emb", choices=sorted(BY_NAME))
-  p.add_argument("--optimizer", required=True,
-                 choices=workload_lib.OPTIMIZERS)
-  p.add_argument("--vocab", type=int, default=100_000)
+  p = cli.embedding_part_parser(__doc__)
   p.add_argument("--rounds", type=int, default=4)
   p.add_argument("--steps", type=int, default=30)
   p.add_argument("--out", required=True)

@@ -1,5 +1,6 @@
 """Timing a traced step: warm-up, then synchronized per-step wall times."""
 
+import os
 import time
 from typing import Callable, List, Sequence
 
@@ -33,3 +34,15 @@ def summary(times: Sequence[float]) -> dict:
   t = np.asarray(times) * 1e3
   return {"median_ms": float(np.median(t)), "p10_ms": float(np.quantile(t, .1)),
           "p90_ms": float(np.quantile(t, .9)), "steps_timed": len(t)}
+
+
+def stolen_seconds(stat: str = "/proc/stat") -> float:
+  """CPU time the hypervisor gave to other machines, summed over this
+  machine's CPUs since boot (`steal`, the 8th number of /proc/stat's first
+  line); 0 where not reported."""
+  try:
+    with open(stat) as f:
+      fields = f.readline().split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+  except (OSError, IndexError, ValueError):
+    return 0.0
