@@ -73,7 +73,7 @@ def parse_args(argv=None):
   p.add_argument("--paired-blocks", type=int, default=24,
                  help="blocks per size of the paired flatness runs "
                  "(flatness.py; 0 skips them)")
-  p.add_argument("--thread-rounds", type=int, default=2,
+  p.add_argument("--thread-rounds", type=int, default=4,
                  help="rounds of the embedding part on one thread and on "
                  "every core at the largest size (threads.py; 0 skips them)")
   p.add_argument("--bound-blocks", type=int, default=24,

@@ -1,5 +1,6 @@
 """The run's report: markdown tables and a PNG plot (matplotlib)."""
 
+import importlib
 import re
 import statistics
 from typing import List
@@ -241,7 +242,7 @@ def require_plotting():
   """Fails at once, before a run of an hour, if the plot could not be drawn
   at its end."""
   try:
-    import matplotlib  # pylint: disable=g-import-not-at-top,unused-import
+    importlib.import_module("matplotlib")
   except ImportError:
     raise SystemExit(
         "benchmarks.compare draws its plot with matplotlib, which is not "

@@ -41,7 +41,7 @@ def test_no_thread_rows_no_section():
 
 
 def test_the_suite_runs_them_by_default_and_quick_runs_one_round():
-  assert compare.parse_args([]).thread_rounds == 2
+  assert compare.parse_args([]).thread_rounds == 4
   assert compare.parse_args(["--quick"]).thread_rounds == 1
   assert compare.parse_args(["--thread-rounds", "0"]).thread_rounds == 0
 
