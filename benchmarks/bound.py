@@ -47,28 +47,20 @@ def parse_args(argv=None):
   return p.parse_args(argv)
 
 
-WARMUP = 5  # untimed steps after building (the first one traces)
-
-
 def run(args) -> dict:
   stack = BY_NAME[args.stack]
   work = workload_lib.Workload(vocab=args.vocab, optimizer=args.optimizer)
   batches = work.make_batches()
   traffic = work.traffic_bytes_per_step(batches)
-  step, tensors, per_call = child.build(stack, work, batches)
-  timing.time_steps(step, tensors, WARMUP)
+  step, tensors, per_call = child.build_warm(stack, work, batches)
   copier = bandwidth.Copier()
-  cursor, times, blocks = WARMUP, [], []
+  cursor, times, blocks = child.WARMUP, [], []
   began = time.perf_counter()
   for b in range(args.blocks):
     gbps = copier.measure(args.copies)["copy_gbps"]
-    timing.time_steps(step, tensors, args.rewarm, start=cursor)
-    cursor += args.rewarm
-    stolen = timing.stolen_seconds()
-    t = timing.time_steps(step, tensors, args.block_steps, start=cursor)
-    stolen = timing.stolen_seconds() - stolen
-    cursor += args.block_steps
-    t = [x / per_call * 1e3 for x in t]
+    t, cursor, stolen = timing.time_block(
+        step, tensors, args.block_steps, cursor, args.rewarm, per_call,
+        timing.stolen_seconds)
     times.extend(t)
     bound_ms = traffic["total"] / (gbps * 1e6)
     blocks.append({"copy_gbps": gbps, "bound_ms": bound_ms,

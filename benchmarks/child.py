@@ -20,6 +20,8 @@ from benchmarks import timing
 from benchmarks import workload as workload_lib
 from benchmarks.stacks import BY_NAME
 
+WARMUP = 5  # untimed steps after building (the first one traces)
+
 
 def parse_args(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -31,7 +33,7 @@ def parse_args(argv=None):
   p.add_argument("--features", type=int, default=8)
   p.add_argument("--dim", type=int, default=32)
   p.add_argument("--zipf", type=float, default=1.1)
-  p.add_argument("--warmup", type=int, default=5)
+  p.add_argument("--warmup", type=int, default=WARMUP)
   p.add_argument("--steps", type=int, default=30)
   p.add_argument("--min-steps", type=int, default=5)
   p.add_argument("--max-seconds", type=float, default=60.0)
@@ -56,6 +58,13 @@ def build(stack, work, batches=None):
   step = module.build(work)
   tensors = timing.to_tensors(batches or work.make_batches())
   return step, tensors, getattr(module, "STEPS_PER_CALL", 1)
+
+
+def build_warm(stack, work, batches=None):
+  """`build`, then WARMUP untimed steps (batches 0 to WARMUP - 1)."""
+  built = build(stack, work, batches)
+  timing.time_steps(built[0], built[1], WARMUP)
+  return built
 
 
 def set_threads(threads: int):

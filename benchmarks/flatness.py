@@ -47,38 +47,25 @@ def parse_args(argv=None):
   return p.parse_args(argv)
 
 
-WARMUP = 5  # untimed steps after building (the first one traces)
-
-
-def _build(stack, optimizer, vocab):
-  built = child.build(stack, workload_lib.Workload(vocab=vocab,
-                                                   optimizer=optimizer))
-  step, tensors, _ = built
-  timing.time_steps(step, tensors, WARMUP)
-  return built
-
-
 def run(args) -> dict:
   stack = BY_NAME[args.stack]
   sizes = {"small": args.small, "large": args.large}
-  built = {k: _build(stack, args.optimizer, v) for k, v in sizes.items()}
+  built = {k: child.build_warm(stack, workload_lib.Workload(
+      vocab=v, optimizer=args.optimizer)) for k, v in sizes.items()}
   times = {k: [] for k in sizes}
   faults = {k: 0.0 for k in sizes}  # while timed
   block_ratios = []
   began = time.perf_counter()
-  cursor = {k: WARMUP for k in sizes}  # which batch each size runs next
+  cursor = {k: child.WARMUP for k in sizes}  # each size's next batch
   for b in range(args.blocks):
     order = ("small", "large") if b % 2 == 0 else ("large", "small")
     medians = {}
     for k in order:
       step, tensors, per_call = built[k]
-      timing.time_steps(step, tensors, args.rewarm, start=cursor[k])
-      cursor[k] += args.rewarm
-      before = procmem.minor_faults()
-      t = timing.time_steps(step, tensors, args.block_steps, start=cursor[k])
-      faults[k] += (procmem.minor_faults() - before) / per_call
-      cursor[k] += args.block_steps
-      t = [x / per_call * 1e3 for x in t]
+      t, cursor[k], grew = timing.time_block(
+          step, tensors, args.block_steps, cursor[k], args.rewarm, per_call,
+          procmem.minor_faults)
+      faults[k] += grew / per_call
       times[k].extend(t)
       medians[k] = float(np.median(t))
     block_ratios.append(medians["large"] / medians["small"])

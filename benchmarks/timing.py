@@ -2,7 +2,7 @@
 
 import os
 import time
-from typing import Callable, List, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -28,6 +28,24 @@ def time_steps(step: Callable, tensors: Sequence, steps: int,
     if len(times) >= min_steps and time.perf_counter() - began > max_seconds:
       break
   return times
+
+
+def time_block(step: Callable, tensors: Sequence, steps: int, start: int,
+               rewarm: int, per_call: int,
+               count: Optional[Callable[[], float]] = None
+               ) -> Tuple[List[float], int, float]:
+  """One block of a step timed between other work (flatness.py, bound.py):
+  `rewarm` untimed steps from batch `start`, which bring the tables' hot
+  rows back into the caches, then `steps` timed ones. Returns the timed
+  steps' ms, each call's divided by its `per_call` steps; the batch the
+  next block starts at; and how much `count()` grew over the timed steps
+  (0 without it)."""
+  time_steps(step, tensors, rewarm, start=start)
+  start += rewarm
+  before = count() if count else 0.0
+  times = time_steps(step, tensors, steps, start=start)
+  grew = count() - before if count else 0.0
+  return [t / per_call * 1e3 for t in times], start + steps, grew
 
 
 def summary(times: Sequence[float]) -> dict:

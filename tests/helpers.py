@@ -1,9 +1,14 @@
-"""What the tests share: the repository's folders, the one table of
+"""What the tests share: the repository's folders, a benchmark child run
+as the suite runs it, the one table of
 optimizers, Python lists of ids -> TensorFlow inputs, `CustomOptimizer`
 computations, and how errors name features and tables."""
 
+import json
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -15,6 +20,18 @@ import tfemb
 TESTS = pathlib.Path(__file__).resolve().parent
 ROOT = TESTS.parent
 WORKERS = TESTS / "workers"
+
+
+def run_child(module, args, out):
+  """`python -m module args --out out` from the repository root, as
+  benchmarks.compare runs its children: checks it succeeded and returns
+  the JSON it wrote."""
+  result = subprocess.run(
+      [sys.executable, "-m", module, *args, "--out", str(out)],
+      cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+      capture_output=True, text=True, timeout=300, check=False)
+  assert result.returncode == 0, result.stderr[-3000:]
+  return json.loads(pathlib.Path(out).read_text())
 
 
 # --- optimizers --------------------------------------------------------------

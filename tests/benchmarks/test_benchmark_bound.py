@@ -3,10 +3,7 @@ bandwidth measured between its blocks of steps (benchmarks/bound.py): the
 child, how the report judges the target on it, and the host's stolen
 time."""
 
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -18,7 +15,6 @@ from benchmarks import timing
 from benchmarks import workload as workload_lib
 import helpers
 
-ROOT = helpers.ROOT
 TARGET = ("adam at 5,000,000 rows: embedding part <= 1.5x the "
           "memory-traffic bound")
 BYTES = 20e6  # a step's bytes: at 25 GB/s, 0.8 ms
@@ -100,15 +96,11 @@ def test_stolen_seconds_reads_the_steal_column(tmp_path):
 # runs once (`runs_under`), in the pass with room.
 @pytest.mark.runs_under("tf_keras")
 def test_bound_child_measures_the_bandwidth_between_blocks(tmp_path):
-  out = tmp_path / "bound.json"
-  result = subprocess.run(
-      [sys.executable, "-m", "benchmarks.bound", "--optimizer", "adagrad",
-       "--vocab", "2000", "--blocks", "3", "--block-steps", "2",
-       "--rewarm", "1", "--copies", "1", "--out", str(out)],
-      cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-      capture_output=True, text=True, timeout=300, check=False)
-  assert result.returncode == 0, result.stderr[-3000:]
-  r = json.loads(out.read_text())
+  r = helpers.run_child(
+      "benchmarks.bound",
+      ["--optimizer", "adagrad", "--vocab", "2000", "--blocks", "3",
+       "--block-steps", "2", "--rewarm", "1", "--copies", "1"],
+      tmp_path / "bound.json")
   # The bytes, by docs/performance.md's formula: each distinct row of every
   # table and of its one slot read and written once, the activations and
   # their gradients once; averaged over the workload's batches.

@@ -1,17 +1,10 @@
 """The benchmark suite's flatness (docs/performance.md, 'Method'): the side-by-side child
 and how the report judges the target."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
 from benchmarks import analysis
 import helpers
-
-ROOT = helpers.ROOT
 
 
 def _row(stack, vocab, ms):
@@ -73,16 +66,11 @@ def test_target_falls_back_to_separate_processes():
 # runs once (`runs_under`), in the pass with room.
 @pytest.mark.runs_under("tf_keras")
 def test_flatness_child_times_both_sizes(tmp_path):
-  out = tmp_path / "flat.json"
-  result = subprocess.run(
-      [sys.executable, "-m", "benchmarks.flatness", "--stack", "tfemb-emb",
-       "--optimizer", "adagrad", "--small", "1000", "--large", "3000",
-       "--blocks", "3", "--block-steps", "2", "--rewarm", "1", "--out",
-       str(out)],
-      cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-      capture_output=True, text=True, timeout=300, check=False)
-  assert result.returncode == 0, result.stderr[-3000:]
-  r = json.loads(out.read_text())
+  r = helpers.run_child(
+      "benchmarks.flatness",
+      ["--stack", "tfemb-emb", "--optimizer", "adagrad", "--small", "1000",
+       "--large", "3000", "--blocks", "3", "--block-steps", "2", "--rewarm",
+       "1"], tmp_path / "flat.json")
   assert (r["small"], r["large"], r["blocks"], r["block_steps"]) == (
       1000, 3000, 3, 2)
   # The ratio is the quotient of the two medians, and each median lies
