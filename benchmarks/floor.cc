@@ -55,6 +55,7 @@
 #include <vector>
 
 #include "dedup.h"  // tfemb/kernels/src: the lookup's own hash pass
+#include "row_loops.h"  // and the update's sums per distinct id
 
 namespace {
 
@@ -307,12 +308,7 @@ void Update(const Size& s, int t, const float* grads, Scratch* x,
   const auto& unique = x->unique;
   const size_t u = unique.size(), n = x->positions.size();
   float* sums = x->sums.data();
-  std::fill(sums, sums + u * kDim, 0.0f);
-  for (size_t i = 0; i < n; ++i) {
-    float* __restrict to = sums + x->positions[i] * kDim;
-    const float* __restrict g = grads + i * kDim;
-    for (int d = 0; d < kDim; ++d) to[d] += g[d];
-  }
+  tfemb::SumRows(grads, x->positions.data(), n, u, kDim, sums);
   float* table = s.table[t];
   bool finite = true;
   for (size_t r = 0; r < u; ++r) {

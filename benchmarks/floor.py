@@ -50,7 +50,7 @@ from benchmarks.workload import format_size, parse_size
 from benchmarks.stacks import REPO
 
 SOURCE = os.path.join(REPO, "benchmarks", "floor.cc")
-KERNEL_SOURCES = os.path.join(REPO, "tfemb", "kernels", "src")  # dedup.h
+KERNEL_SOURCES = os.path.join(REPO, "tfemb", "kernels", "src")  # its headers
 # As tfemb's kernels are built (tfemb/kernels/build.py), for this machine:
 # without -fno-math-errno the compiler keeps sqrt scalar (it may have to set
 # errno), which made Adam's rows cost twice their memory time.

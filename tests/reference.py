@@ -68,6 +68,16 @@ def row_gradients(pairs):
   return grads
 
 
+def row_sums_float32(positions, grads, rows):
+  """Per-id gradients summed per distinct row in float32, in the order of
+  the ids, each row starting at zero (as tf.math.unsorted_segment_sum):
+  [rows, dim]; a row no id reaches stays zero."""
+  out = np.zeros((rows, grads.shape[1]), np.float32)
+  for i, at in enumerate(positions):
+    out[at] = out[at] + grads[i].astype(np.float32)
+  return out
+
+
 def dense(grads, shape):
   """{id: gradient} as one `shape` array: the gradient with respect to the
   whole table (a row no id looked up is zero)."""

@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 import helpers
+import reference
 import tfemb
 from tfemb.kernels import build
 from tfemb.kernels import fused_ops
@@ -217,6 +218,40 @@ def test_tables_filled_in_blocks_are_on_huge_pages_before_any_step(
   # the fill itself takes 2 MiB pages and the first step has nothing to
   # collapse (without the advice: 4 KiB pages until that step).
   assert _huge_pages_gained(optimizer, rows, steps=0) >= 64 * 2**20
+
+
+@pytest.mark.parametrize("dim", [32, 37])  # compiled width; run-time width
+@pytest.mark.parametrize(
+    "order", ["first_occurrence", "shuffled", "rows_left_out"])
+def test_row_gradients_are_float32_sums_in_the_order_of_the_ids(order, dim):
+  """TfembRowGradients (the sums TfembApplyTables makes too) against
+  float32 sums from zero in the ids' order, bit for bit: with positions as
+  the lookup numbers them (each distinct row first reached in turn), in
+  another order, and with rows no id reaches (left at zero). Gradients of
+  -0.0 sum to +0.0, as from zero."""
+  rng = np.random.default_rng(7)
+  rows = 300
+  positions = np.concatenate([np.arange(rows),
+                              rng.integers(0, rows, size=900)])
+  if order != "first_occurrence":
+    positions = rng.permutation(positions)
+  if order == "rows_left_out":
+    positions = positions[(positions % 7 != 3) & (positions != 0)]
+  grads = rng.normal(size=(len(positions), dim)).astype(np.float32)
+  grads[rng.random(grads.shape) < 0.1] = -0.0
+  lib = fused_ops._library()  # pylint: disable=protected-access
+
+  got, finite = lib.tfemb_row_gradients(
+      gradients=tf.constant(grads), positions=tf.constant(positions),
+      unique_ids=tf.zeros([rows], tf.int64), table_name="t",
+      raise_non_finite=True)
+
+  want = reference.row_sums_float32(positions, grads, rows)
+  assert bool(finite)
+  zeros = want == 0  # rows left out, and sums of -0.0 alone: +0.0
+  assert zeros.sum() > 10 and not np.signbit(want[zeros]).any()
+  np.testing.assert_array_equal(got.numpy().view(np.uint32),
+                                want.view(np.uint32))
 
 
 def test_dedup_gather_of_a_large_batch_matches_numpy():

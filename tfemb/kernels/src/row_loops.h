@@ -1,11 +1,13 @@
-// The loops over one row's floats that several kernels share: a row
-// prefetched, a row copied, and the loops compiled for the common widths.
-// Inline, in a header, so that each kernel's loops are compiled and
-// inlined where they run.
+// The loops over rows' floats that several kernels share: a row
+// prefetched, a row copied, per-id rows summed per distinct id, and the
+// loops compiled for the common widths. Inline, in a header, so that each
+// kernel's loops are compiled and inlined where they run. No TensorFlow
+// header: benchmarks/floor.cc's exact step runs the same loops.
 
 #ifndef TFEMB_KERNELS_ROW_LOOPS_H_
 #define TFEMB_KERNELS_ROW_LOOPS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -19,9 +21,13 @@ inline void PrefetchRow(const float* row, int64_t dim) {
   for (int64_t d = 0; d < dim; d += 16) __builtin_prefetch(row + d);
 }
 
+// A memcpy of a width known in advance is compiled into a few vector moves
+// in place; the loop it replaces was turned by the compiler's loop
+// distribution into a call of memmove per row (the rows cannot overlap, but
+// it could not prove it), which took a tenth of a step at small tables.
 inline void CopyRow(float* __restrict to, const float* __restrict from,
                     int64_t dim) {
-  for (int64_t d = 0; d < dim; ++d) to[d] = from[d];
+  __builtin_memcpy(to, from, dim * sizeof(float));
 }
 
 // Calls f(std::integral_constant<int64_t, W>()) with W = `dim` for the
@@ -47,6 +53,36 @@ inline void WithWidth(int64_t dim, F&& f) {
 template <int64_t kDim>
 constexpr int64_t Width(int64_t dim) {
   return kDim > 0 ? kDim : dim;
+}
+
+// sums[pos[i]] += g[i] over the n rows of g, in the order of the ids (as
+// unsorted_segment_sum), into u rows of sums that start at zero; rows `dim`
+// floats wide; positions in [0, u) (row_sums.h's CheckPositions). A row is
+// zeroed when the ids first reach it, not all of them beforehand: the
+// lookup numbers the distinct ids in the order they first occur, so each
+// row's first sum is written while the row is in the cache, with no pass
+// of zeros before (any other order of positions gets the same sums).
+inline void SumRows(const float* g, const int64_t* pos, int64_t n, int64_t u,
+                    int64_t dim, float* sums) {
+  WithWidth(dim, [&](auto width) {
+    const int64_t w = Width<decltype(width)::value>(dim);
+    int64_t started = 0;  // rows [0, started) hold a sum or zeros
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t at = pos[i];
+      float* __restrict row = sums + at * w;
+      const float* __restrict x = g + i * w;
+      if (at < started) {
+        for (int64_t d = 0; d < w; ++d) row[d] += x[d];
+        continue;
+      }
+      // Rows the ids skipped (in another order than the lookup's) zeroed;
+      // the first sum is 0 + x, as after zeroing (-0 becomes +0).
+      std::fill(sums + started * w, row, 0.0f);
+      for (int64_t d = 0; d < w; ++d) row[d] = 0.0f + x[d];
+      started = at + 1;
+    }
+    std::fill(sums + started * w, sums + u * w, 0.0f);  // rows no id reached
+  });
 }
 
 }  // namespace tfemb

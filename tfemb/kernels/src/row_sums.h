@@ -1,11 +1,10 @@
-// Per-id gradients summed into one row per distinct id, in the order of the
-// ids (as unsorted_segment_sum), and the checks around it: TfembRowGradients
-// does this alone, TfembApplyTables right before each table's update.
+// The checks around per-id gradients summed into one row per distinct id
+// (SumRows, row_loops.h): TfembRowGradients sums them alone,
+// TfembApplyTables right before each table's update.
 
 #ifndef TFEMB_KERNELS_ROW_SUMS_H_
 #define TFEMB_KERNELS_ROW_SUMS_H_
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -27,21 +26,6 @@ inline absl::Status CheckPositions(const int64_t* pos, int64_t n, int64_t u,
     }
   }
   return absl::OkStatus();
-}
-
-// sums[pos[i]] += g[i] over the n rows of g, after zeroing the u rows of
-// sums; rows `dim` floats wide. Positions checked (above).
-inline void SumRows(const float* g, const int64_t* pos, int64_t n, int64_t u,
-                    int64_t dim, float* sums) {
-  std::fill(sums, sums + u * dim, 0.0f);
-  WithWidth(dim, [&](auto width) {
-    const int64_t w = Width<decltype(width)::value>(dim);
-    for (int64_t i = 0; i < n; ++i) {
-      float* __restrict row = sums + pos[i] * w;
-      const float* __restrict x = g + i * w;
-      for (int64_t d = 0; d < w; ++d) row[d] += x[d];
-    }
-  });
 }
 
 // No NaN or Inf: the exponent bits of a float are all ones exactly then.

@@ -219,13 +219,11 @@ static bool ApplyAll(const Update& p, const int64_t* ids, const float* grads,
     }
     float* wr = w + at;
     float* old = undo + r * saved;  // the old parameters first
-    if (stride != dim) {
-      CopyRow(old, wr, stride);
-    } else {
-      CopyRow(old, wr, dim);
-      if (s0) CopyRow(old + dim, s0 + at, dim);
-      if (s1) CopyRow(old + 2 * dim, s1 + at, dim);
-    }
+    // One variable at a time also where the slots sit beside the
+    // parameters (s0 + at = wr + dim): copies of the width compiled in.
+    CopyRow(old, wr, dim);
+    if (s0) CopyRow(old + dim, s0 + at, dim);
+    if (s1) CopyRow(old + 2 * dim, s1 + at, dim);
     RuleRow<Rule>(p, g, wr, s0 ? s0 + at : nullptr, s1 ? s1 + at : nullptr,
                    dim);
     if (p.decay != 0.0f) {
