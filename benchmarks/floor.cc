@@ -55,13 +55,16 @@
 #include <vector>
 
 #include "dedup.h"  // tfemb/kernels/src: the lookup's own hash pass
-#include "row_loops.h"  // and the update's sums per distinct id
+#include "row_loops.h"  // and the kernels' row loops: prefetch, copy, sums
 
 namespace {
 
+using tfemb::CopyRow;
 using tfemb::Dedup;
+using tfemb::kPrefetchRows;
+using tfemb::PrefetchRow;
 
-constexpr int kDim = 32, kAhead = 12, kRounds = 33, kWarmup = 3, kSteps = 10;
+constexpr int kDim = 32, kRounds = 33, kWarmup = 3, kSteps = 10;
 
 #ifndef MADV_COLLAPSE
 #define MADV_COLLAPSE 25  // Linux 6.1; older kernels refuse it, harmlessly
@@ -112,11 +115,6 @@ void UpdateRow(const float* __restrict g, float* __restrict w, int width) {
       w[d] -= 0.001f * (m[d] / (std::sqrt(v[d]) + 1e-7f));
     }
   }
-}
-
-// The first `lines` cache lines (16 floats each) from p, asked for ahead.
-void Prefetch(const float* p, int lines) {
-  for (int i = 0; i < lines; ++i) __builtin_prefetch(p + 16 * i);
 }
 
 // No NaN or Inf among n floats: the exponent bits are all ones exactly then.
@@ -259,16 +257,18 @@ struct Scratch {
 void CopyRows(const float* table, const std::vector<int64_t>& rows,
               float* out, int width) {
   for (size_t r = 0; r < rows.size(); ++r) {
-    if (r + kAhead < rows.size()) Prefetch(table + rows[r + kAhead] * width, 2);
-    memcpy(out + r * kDim, table + rows[r] * width, kDim * sizeof(float));
+    if (r + kPrefetchRows < rows.size()) {
+      PrefetchRow(table + rows[r + kPrefetchRows] * width, kDim);
+    }
+    CopyRow(out + r * kDim, table + rows[r] * width, kDim);
   }
 }
 
 void UpdateRows(float* table, const std::vector<int64_t>& rows,
                 const float* grads, int width) {
   for (size_t r = 0; r < rows.size(); ++r) {
-    if (r + kAhead < rows.size()) {
-      Prefetch(table + rows[r + kAhead] * width, width / 16);
+    if (r + kPrefetchRows < rows.size()) {
+      PrefetchRow(table + rows[r + kPrefetchRows] * width, width);
     }
     UpdateRow(grads + r * kDim, table + rows[r] * width, width);
   }
@@ -290,15 +290,14 @@ void LookUp(const Size& s, int step, int t, Scratch* x, int width) {
   const auto& unique = x->unique;
   const float* table = s.table[t];
   for (size_t r = 0; r < unique.size(); ++r) {
-    if (r + kAhead < unique.size()) {
-      Prefetch(table + unique[r + kAhead] * width, 2);
+    if (r + kPrefetchRows < unique.size()) {
+      PrefetchRow(table + unique[r + kPrefetchRows] * width, kDim);
     }
-    memcpy(x->distinct.data() + r * kDim, table + unique[r] * width,
-           kDim * sizeof(float));
+    CopyRow(x->distinct.data() + r * kDim, table + unique[r] * width, kDim);
   }
   for (size_t i = 0; i < n; ++i) {
-    memcpy(x->out.data() + i * kDim,
-           x->distinct.data() + x->positions[i] * kDim, kDim * sizeof(float));
+    CopyRow(x->out.data() + i * kDim,
+            x->distinct.data() + x->positions[i] * kDim, kDim);
   }
 }
 
@@ -312,9 +311,11 @@ void Update(const Size& s, int t, const float* grads, Scratch* x,
   float* table = s.table[t];
   bool finite = true;
   for (size_t r = 0; r < u; ++r) {
-    if (r + kAhead < u) Prefetch(table + unique[r + kAhead] * width, width / 16);
+    if (r + kPrefetchRows < u) {
+      PrefetchRow(table + unique[r + kPrefetchRows] * width, width);
+    }
     float* row = table + unique[r] * width;
-    memcpy(x->undo.data() + r * width, row, width * sizeof(float));
+    CopyRow(x->undo.data() + r * width, row, width);
     UpdateRow(sums + r * kDim, row, width);
     finite &= AllFinite(row, width);
   }

@@ -22,9 +22,9 @@ inline void PrefetchRow(const float* row, int64_t dim) {
 }
 
 // A memcpy of a width known in advance is compiled into a few vector moves
-// in place; the loop it replaces was turned by the compiler's loop
-// distribution into a call of memmove per row (the rows cannot overlap, but
-// it could not prove it), which took a tenth of a step at small tables.
+// in place. A loop over the floats was turned by GCC's loop distribution
+// into a call of memmove per row: it could not prove the rows apart
+// (docs/performance.md, 'Row copies in place').
 inline void CopyRow(float* __restrict to, const float* __restrict from,
                     int64_t dim) {
   __builtin_memcpy(to, from, dim * sizeof(float));
