@@ -1,16 +1,18 @@
-"""`tfemb.patch()` and `python -m tfemb.run`: TPU code that names
-TensorFlow's (and tensorflow-recommenders') classes runs on tfemb's, every
-alias included, and `undo()` puts each name back (docs/tpu.md, "Running a
-TPU codebase unchanged")."""
+"""`tfemb.patch()` and `python -m tfemb.run`: TPU code that builds
+TensorFlow's (and tensorflow-recommenders') classes gets tfemb's off the
+TPU, whatever name it reached them by, while every name in TensorFlow's
+modules stays TensorFlow's; on a TPU TensorFlow's own engines construct as
+without the patch; `undo()` removes the hooks (docs/tpu.md, "Running a TPU
+codebase unchanged")."""
 
 import os
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.tpu import tpu_embedding_v1
 from tensorflow.python.tpu import tpu_embedding_v2
 from tensorflow.python.tpu import tpu_embedding_v3
 
@@ -19,63 +21,110 @@ import tfemb
 import tfemb.layers
 from tfemb import patching
 from tfemb import run as tfemb_run
+from tpu_stand_in import EmbeddingFeature, StandInTPUStrategy, use_strategy
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEGACY = os.environ.get("TF_USE_LEGACY_KERAS", "0").lower() in ("1", "true")
 API = tf.tpu.experimental.embedding
-ORIGINAL = (tpu_embedding_v2.TPUEmbedding, tpu_embedding_v3.TPUEmbeddingV2)
+ORIGINAL = {"TPUEmbedding": tpu_embedding_v2.TPUEmbedding,
+            "TPUEmbeddingV2": tpu_embedding_v3.TPUEmbeddingV2,
+            "TPUEmbeddingV0": tpu_embedding_v1.TPUEmbeddingV0}
+OURS = {"TPUEmbedding": tfemb.TPUEmbedding,
+        "TPUEmbeddingV2": tfemb.TPUEmbeddingV2,
+        "TPUEmbeddingV0": tfemb.TPUEmbeddingV0}
+# Every way a program reaches a class, taken before any patch: the public
+# name, TensorFlow's module, a list and a closure.
+KEPT = {name: [cls] for name, cls in ORIGINAL.items()}
+CLOSURES = {name: (lambda cls=cls: cls) for name, cls in ORIGINAL.items()}
 
 
-@pytest.fixture
-def aliased():
-  """A module that imported TensorFlow's classes before the patch."""
-  module = types.ModuleType("tpu_user_code")
-  module.Engine = tpu_embedding_v2.TPUEmbedding
-  module.EngineV2 = tpu_embedding_v3.TPUEmbeddingV2
-  sys.modules[module.__name__] = module
-  yield module
-  del sys.modules[module.__name__]
+def _names():
+  """Every module attribute that holds one of TensorFlow's engines."""
+  return {(module.__name__, attribute): value
+          for module in list(sys.modules.values())
+          if isinstance(getattr(module, "__dict__", None), dict)
+          for attribute, value in list(vars(module).items())
+          if any(value is cls for cls in ORIGINAL.values())}
 
 
-def test_the_engine_classes_and_their_aliases_are_routed_and_restored(aliased):
+def _config():
+  table = API.TableConfig(10, 4, name="t")
+  return {"f": API.FeatureConfig(table, output_shape=[2])}
+
+
+def _built(cls):
+  return cls(_config(), API.SGD(0.1))
+
+
+@pytest.mark.parametrize("name", sorted(ORIGINAL))
+def test_every_path_to_an_engine_class_builds_tfembs_off_the_tpu(name):
+  names = _names()
   with tfemb.patch() as patch:
-    assert API.TPUEmbedding is tfemb.TPUEmbedding
-    assert API.TPUEmbeddingV2 is tfemb.TPUEmbeddingV2
-    assert API.TPUEmbeddingV0 is tfemb.TPUEmbeddingV0
-    assert aliased.Engine is tfemb.TPUEmbedding
-    assert aliased.EngineV2 is tfemb.TPUEmbeddingV2
-  assert (API.TPUEmbedding, API.TPUEmbeddingV2) == ORIGINAL
-  assert (aliased.Engine, aliased.EngineV2) == ORIGINAL
+    assert _names() == names  # no name in any module changed
+    for reached in (getattr(API, name), ORIGINAL[name], KEPT[name][0],
+                    CLOSURES[name]()):
+      assert reached is ORIGINAL[name]
+      assert type(_built(reached)) is OURS[name]
+  assert _names() == names
   patch.undo()  # twice: harmless
   tfemb.unpatch()
-  assert API.TPUEmbedding is ORIGINAL[0]
+  if name == "TPUEmbedding":  # TensorFlow's own class again (V2 and V0
+    assert type(_built(ORIGINAL[name])) is ORIGINAL[name]  # need a TPU)
 
 
-def test_patches_nest_as_a_stack(aliased):
+@pytest.mark.parametrize("feature,name", [
+    (EmbeddingFeature.V1, "TPUEmbedding"),
+    (EmbeddingFeature.V2, "TPUEmbeddingV2"),
+    (EmbeddingFeature.UNSUPPORTED, "TPUEmbeddingV0")])
+def test_on_a_tpu_tensorflows_engines_construct_as_without_the_patch(
+    monkeypatch, feature, name):
+  """Patched first, then a TPU's strategy (the stand-in): TensorFlow's own
+  classes build themselves as they do unpatched, `super(TPUEmbeddingV0,
+  self)` and TensorFlow's `isinstance` checks included."""
+  stand_in = StandInTPUStrategy(feature, num_replicas=8)
+  with monkeypatch.context() as tpu:
+    use_strategy(tpu, stand_in)
+    unpatched = _built(ORIGINAL[name])
+  with tfemb.patch():
+    use_strategy(monkeypatch, stand_in)
+    patched = [_built(cls) for cls in (getattr(API, name), KEPT[name][0],
+                                       CLOSURES[name]())]
+    # tfemb's class hands the work to TensorFlow's own, not back to itself.
+    delegated = _built(OURS[name])
+  for engine in patched + [delegated]:
+    assert type(engine) is ORIGINAL[name]
+    assert isinstance(engine, getattr(API, name))
+    assert sorted(vars(engine)) == sorted(vars(unpatched))
+    assert list(engine._feature_config) == list(unpatched._feature_config)  # pylint: disable=protected-access
+
+
+def test_patches_nest_as_a_stack():
   """An inner patch's end leaves the outer one in force; the outermost's
-  end restores TensorFlow's classes."""
+  end removes the hooks."""
+  routed = lambda: type(_built(API.TPUEmbedding)) is tfemb.TPUEmbedding  # pylint: disable=unnecessary-lambda-assignment
   with tfemb.patch() as outer:
     with tfemb.patch() as inner:
       assert inner is not outer and inner.active and outer.active
-      assert API.TPUEmbedding is tfemb.TPUEmbedding
+      assert routed()
     assert not inner.active and outer.active
-    assert API.TPUEmbedding is tfemb.TPUEmbedding
-    assert aliased.Engine is tfemb.TPUEmbedding
+    assert routed()
     assert "active" in repr(outer) and "undone" in repr(inner)
     inner.undo()  # again: harmless, the outer patch stays
-    assert API.TPUEmbedding is tfemb.TPUEmbedding
-  assert (API.TPUEmbedding, API.TPUEmbeddingV2) == ORIGINAL
-  assert (aliased.Engine, aliased.EngineV2) == ORIGINAL
+    assert routed()
+  assert not routed()
   # Undone out of order: routed until the last one ends.
   first, second = tfemb.patch(), tfemb.patch()
   first.undo()
-  assert API.TPUEmbedding is tfemb.TPUEmbedding
+  assert routed()
   second.undo()
-  assert API.TPUEmbedding is ORIGINAL[0]
+  assert not routed()
   # unpatch() ends every patch.
   tfemb.patch(), tfemb.patch()
   tfemb.unpatch()
-  assert API.TPUEmbedding is ORIGINAL[0] and not patching._ACTIVE
+  assert not routed() and not patching._ACTIVE  # pylint: disable=protected-access
+  assert "__new__" not in vars(tpu_embedding_v2.TPUEmbedding) or (
+      vars(tpu_embedding_v2.TPUEmbedding)["__new__"].__func__ is
+      tfemb.object_hooks._object_new)  # pylint: disable=protected-access
 
 
 def test_tpu_code_trains_with_the_tpus_numbers_under_the_patch():
@@ -97,32 +146,16 @@ def test_tpu_code_trains_with_the_tpus_numbers_under_the_patch():
 
 
 def test_the_patch_refuses_a_tpu_strategy(monkeypatch):
-  from tpu_stand_in import StandInTPUStrategy, use_strategy  # pylint: disable=g-import-not-at-top
   use_strategy(monkeypatch, StandInTPUStrategy())
   with pytest.raises(RuntimeError, match="under a TPUStrategy"):
     tfemb.patch()
-  assert API.TPUEmbedding is ORIGINAL[0]
+  assert not patching._ACTIVE  # pylint: disable=protected-access
 
 
-def test_under_a_tpu_strategy_a_patched_name_is_tensorflows_class(
-    monkeypatch):
-  """Patched first, then a TPUStrategy: tfemb hands the work to
-  TensorFlow's own class, not back to itself."""
-  from tpu_stand_in import StandInTPUStrategy, use_strategy  # pylint: disable=g-import-not-at-top
-  received = []
-  with tfemb.patch():
-    monkeypatch.setitem(patching.TENSORFLOW_ENGINES, "TPUEmbeddingV2",
-                        lambda *args: received.append(args) or "tensorflow's")
-    use_strategy(monkeypatch, StandInTPUStrategy())
-    table = API.TableConfig(10, 4, name="t")
-    result = API.TPUEmbeddingV2(
-        {"f": API.FeatureConfig(table, output_shape=[2])}, API.SGD(0.1))
-  assert result == "tensorflow's" and len(received) == 1
-
-
-def test_tensorflow_recommenders_layer_and_its_aliases():
-  """tfrs (which needs tf_keras): its layer, and the name its
-  PartialTPUEmbedding imported, become tfemb's layer."""
+def test_tensorflow_recommenders_layer_by_every_path():
+  """tfrs (which needs tf_keras): its layer, by its public name and by the
+  name its PartialTPUEmbedding imported, builds tfemb's layer; the names
+  stay tfrs'."""
   if not LEGACY:  # tfrs refuses to import under Keras 3
     assert patching._tfrs_layer() is None  # pylint: disable=protected-access
     return
@@ -132,12 +165,14 @@ def test_tensorflow_recommenders_layer_and_its_aliases():
       partial_tpu_embedding)
   # pylint: enable=g-import-not-at-top
   original = tfrs.layers.embedding.TPUEmbedding
+  config = {"f": API.FeatureConfig(API.TableConfig(10, 4, name="t"))}
   with tfemb.patch():
-    assert tfrs.layers.embedding.TPUEmbedding is tfemb.layers.TPUEmbedding
-    assert (tfrs.layers.embedding.tpu_embedding_layer.TPUEmbedding is
-            tfemb.layers.TPUEmbedding)
-    assert partial_tpu_embedding.TPUEmbedding is tfemb.layers.TPUEmbedding
+    for cls in (tfrs.layers.embedding.TPUEmbedding,
+                partial_tpu_embedding.TPUEmbedding):
+      assert cls is original
+      assert type(cls(config, API.SGD(0.1))) is tfemb.layers.TPUEmbedding
   assert tfrs.layers.embedding.TPUEmbedding is original
+  assert type(original(config, API.SGD(0.1))) is original
 
 
 def run(*args, cwd=None):
@@ -158,7 +193,8 @@ with tfemb.patch():  # the script's own patch: the run's stays in force
 api = tf.tpu.experimental.embedding
 table = api.TableConfig(10, 4, name="t")
 engine = api.TPUEmbedding({"f": api.FeatureConfig(table)}, api.SGD(0.1))
-print(type(engine).__module__, TPUEmbedding.__module__, sys.argv)
+internal = TPUEmbedding({"f": api.FeatureConfig(table)}, api.SGD(0.1))
+print(type(engine).__module__, type(internal).__module__, sys.argv)
 '''
 
 

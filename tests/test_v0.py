@@ -14,6 +14,7 @@ import tensorflow as tf
 import helpers
 import reference
 import tfemb
+from tfemb.tpu import delegate
 from tpu_stand_in import EmbeddingFeature
 from tpu_stand_in import StandInTPUStrategy
 from tpu_stand_in import use_strategy
@@ -139,7 +140,7 @@ def test_under_a_tpu_strategy_it_is_tensorflows_v0(monkeypatch, hardware):
     calls.append(args)
     return "tensorflow's TPUEmbeddingV0"
 
-  monkeypatch.setattr(tf_emb, "TPUEmbeddingV0", recorder)
+  monkeypatch.setitem(delegate.TENSORFLOW_ENGINES, "TPUEmbeddingV0", recorder)
   use_strategy(monkeypatch, StandInTPUStrategy(hardware))
   config, optimizer = feature_config(), tfemb.Adagrad(0.1)
   result = tfemb.TPUEmbeddingV0(config, optimizer=optimizer)

@@ -23,9 +23,10 @@ import tensorflow as tf
 from tensorflow.python.trackable import data_structures
 
 from tfemb import shapes
+from tfemb import tf_internals
 from tfemb.host import HostEmbedding
 from tfemb.host import tpu_protocol
-from tfemb.tpu import config_proto
+from tfemb.tpu.planner import config_proto
 from tfemb.tpu import delegate
 
 _no_autograph = tf.autograph.experimental.do_not_convert
@@ -40,7 +41,7 @@ def _tpu_engine(feature_config, optimizer,
 
 @delegate.delegated_on_tpu(_tpu_engine,
                           delegate.EmbeddingFeature.V1)
-class TPUEmbedding(HostEmbedding):
+class TPUEmbedding(HostEmbedding, tf.tpu.experimental.embedding.TPUEmbedding):
   """`tf.tpu.experimental.embedding.TPUEmbedding` with the TPU's numbers.
 
   ```python
@@ -58,7 +59,16 @@ class TPUEmbedding(HostEmbedding):
   Args: those of `tfemb.host.HostEmbedding`. Created under a `TPUStrategy`
   scope, this returns TensorFlow's own TPU engine instead (see the module
   docstring).
+
+  It is an instance of TensorFlow's class too, for code that asks
+  (keras-rs, TensorFlow's checkpoint callback, which calls its
+  `_retrieve_variables` and `_load_variables`). TensorFlow's `__init__`
+  does not run: it builds the TPU's configuration. `HostEmbedding.__init__`
+  sets up the host engine instead, and every method a program calls is
+  this class's own.
   """
+
+  _create_copy_for_async_checkpoint = tf_internals.not_inherited()
 
   def __init__(self, feature_config: Any, optimizer: Optional[Any],
                pipeline_execution_with_tensor_core: bool = False):

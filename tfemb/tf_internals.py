@@ -10,7 +10,9 @@ versions tested are those of tfemb/tf_versions.py).
 * tensor conversion of tfemb's variable-like classes (TensorFlow's
   `_dense_var_to_tensor` protocol, its operator overloads, `_unique_id`);
 * TensorFlow's own TPU engines, which the Keras layer drives on a TPU
-  (whether built, their variables, their copies to and from the TPU);
+  (whether built, their variables, their copies to and from the TPU), and
+  what tfemb's engines, their subclasses, keep out of their way
+  (`not_inherited`);
 * Keras: an optimizer's learning rate as given, a layer's name.
 """
 
@@ -124,6 +126,25 @@ def retrieve_from_tpu(engine) -> None:
 def load_onto_tpu(engine) -> None:
   """The engine's host variables' values onto the TPU."""
   engine._load_variables()
+
+
+class not_inherited:  # pylint: disable=invalid-name
+  """A class attribute that reads as absent (`hasattr` is False, on the
+  class and its instances), hiding the base class's.
+
+  tfemb's engines derive from TensorFlow's, so that code asking
+  `isinstance(x, tf.tpu.experimental.embedding.TPUEmbedding)` takes them
+  for TensorFlow's; what TensorFlow's code finds by asking for an attribute
+  and is the TPU's alone is hidden so. (TensorFlow 2.21's asynchronous
+  checkpoint takes any class with `_create_copy_for_async_checkpoint` for
+  a TPU's `TPUEmbedding` and copies its tables off the TPU first.)
+  """
+
+  def __set_name__(self, owner, name):
+    self._name = name
+
+  def __get__(self, instance, owner=None):
+    raise AttributeError(self._name)
 
 
 # --- Keras ------------------------------------------------------------------

@@ -39,7 +39,8 @@ def _tpu_engine(feature_config, optimizer):
 
 @delegate.delegated_on_tpu(_tpu_engine,
                           delegate.EmbeddingFeature.UNSUPPORTED)
-class TPUEmbeddingV0(HostEmbedding):
+class TPUEmbeddingV0(HostEmbedding,
+                     tf.tpu.experimental.embedding.TPUEmbeddingV0):
   """`tf.tpu.experimental.embedding.TPUEmbeddingV0`, on any strategy.
 
   ```python
@@ -62,6 +63,11 @@ class TPUEmbeddingV0(HostEmbedding):
 
   Created under a `TPUStrategy` scope, this returns TensorFlow's own
   `TPUEmbeddingV0` instead (see the module docstring).
+
+  It is an instance of TensorFlow's class too, for code that asks.
+  TensorFlow's `__init__` does not run: it refuses any strategy but a
+  TPU's. `HostEmbedding.__init__` sets up the host engine instead, and
+  every method a program calls is this class's own.
   """
 
   def __init__(self, feature_config: Any, optimizer: Optional[Any]):

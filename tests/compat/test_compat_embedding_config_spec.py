@@ -13,6 +13,7 @@ import helpers
 import reference
 import tfemb
 from tfemb.compat import v1
+from tfemb.tpu import delegate
 
 fc = tf.feature_column
 tpu_fc = tf.compat.v1.tpu.experimental
@@ -360,7 +361,7 @@ def test_gradient_multiplier_wraps_tensorflows_engine_on_a_tpu(monkeypatch):
     def apply_gradients(self, gradients, name=None):
       received.append((gradients, name))
 
-  monkeypatch.setattr(tf.tpu.experimental.embedding, "TPUEmbedding", Engine)
+  monkeypatch.setitem(delegate.TENSORFLOW_ENGINES, "TPUEmbedding", Engine)
   use_strategy(monkeypatch, StandInTPUStrategy())
   spec = v1.EmbeddingConfigSpec(
       table_to_config_dict={"t": v1.TableConfig(10, 2)},

@@ -23,6 +23,7 @@ import tfemb
 import tfemb.layers
 from tfemb import host as host_engine
 from tfemb import tf_versions
+from tfemb.tpu import delegate
 from tpu_stand_in import assert_same_fields
 from tpu_stand_in import EmbeddingFeature
 from tpu_stand_in import StandInTPUStrategy
@@ -143,7 +144,7 @@ def fixture_log(monkeypatch):
   """TensorFlow's engines replaced; yields the log of their calls."""
   log = []
   for name, cls in ENGINES.items():
-    monkeypatch.setattr(tf_embedding, name, cls)
+    monkeypatch.setitem(delegate.TENSORFLOW_ENGINES, name, cls)
     monkeypatch.setattr(cls, "log", log)
   monkeypatch.setattr(_Recorder, "activations", staticmethod(known_activations))
   return log

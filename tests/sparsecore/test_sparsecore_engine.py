@@ -23,6 +23,7 @@ from sparsecore_scenario import batches, initial_values, inputs, make
 from sparsecore_scenario import mirrored_strategy, train
 import tfemb
 from tfemb.sparsecore import table_stacking
+from tfemb.tpu import delegate
 
 # The SparseCore host engine needs TensorFlow's stacker (2.17 on).
 pytestmark = pytest.mark.requires_tensorflow("2.17")
@@ -209,7 +210,7 @@ def test_replicas_train_on_the_global_batch_sum(replicas):
 def test_under_a_tpu_strategy_it_is_tensorflows_class(monkeypatch):
   from tpu_stand_in import StandInTPUStrategy, use_strategy  # pylint: disable=g-import-not-at-top
   received = []
-  monkeypatch.setattr(tf.tpu.experimental.embedding, "TPUEmbeddingV2",
+  monkeypatch.setitem(delegate.TENSORFLOW_ENGINES, "TPUEmbeddingV2",
                       lambda *args: received.append(args) or "tensorflow's")
   use_strategy(monkeypatch, StandInTPUStrategy())
   table = tfemb.TableConfig(10, 4, name="t")

@@ -23,7 +23,7 @@ import sparsecore_scenario
 import tfemb
 import tfemb.layers
 from tfemb.sparsecore import pipeline_report
-from tfemb.tpu import cli
+from tfemb.tpu.planner import cli
 
 # The SparseCore host engine needs TensorFlow's stacker (2.17 on).
 pytestmark = pytest.mark.requires_tensorflow("2.17")

@@ -15,8 +15,14 @@ import tensorflow as tf
 import helpers
 import reference
 import tfemb
-from tfemb.tpu import host_system
-from tfemb.tpu import tpu_types
+# pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.distribute import tpu_strategy
+from tensorflow.python.distribute.cluster_resolver.tpu import tpu_cluster_resolver as tf_resolver_lib
+from tensorflow.python.eager import remote
+from tensorflow.python.tpu import tpu_strategy_util
+# pylint: enable=g-direct-tensorflow-import
+from tfemb.tpu.host import system as host_system
+from tfemb.tpu.host import tpu_types
 
 EmbeddingFeature = tf.tpu.experimental.HardwareFeature.EmbeddingFeature
 TPU_STRATEGY = tf.distribute.TPUStrategy  # TensorFlow's, before any patch
@@ -91,18 +97,52 @@ def test_a_tpu_programs_setup_gives_a_host_tpu_strategy(tpu):
       resolver, experimental_device_assignment=one).num_replicas_in_sync == 1
 
 
-def test_undo_gives_tensorflow_its_names_back():
-  before = (tf.distribute.TPUStrategy, tf.tpu.experimental.initialize_tpu_system,
-            tf.config.list_logical_devices, tf.device,
-            tf.distribute.cluster_resolver.TPUClusterResolver)
+# A TPU program's set-up by TensorFlow's internal paths, as TensorFlow's own
+# TPU tests write it, kept before any patch.
+INTERNAL = (tf_resolver_lib.TPUClusterResolver, remote.connect_to_cluster,
+            tpu_strategy_util.initialize_tpu_system_impl,
+            tf_resolver_lib.initialize_tpu_system, tpu_strategy.TPUStrategy,
+            tpu_strategy.TPUStrategyV2)
+PUBLIC = (tf.distribute.TPUStrategy, tf.tpu.experimental.initialize_tpu_system,
+          tf.config.list_logical_devices, tf.device,
+          tf.distribute.cluster_resolver.TPUClusterResolver,
+          tf.config.experimental_connect_to_cluster)
+CODE = [f.__code__ for f in PUBLIC + INTERNAL if hasattr(f, "__code__")]
+
+
+def test_every_path_reaches_the_host_and_no_name_changes():
+  resolver_class, connect, impl, initialize, v1_class, v2_class = INTERNAL
   with tfemb.patch(tpu="v5p-8") as patch:
     assert patch.tpu == "v5p-8"
-    assert tf.distribute.TPUStrategy is not before[0]
-  after = (tf.distribute.TPUStrategy, tf.tpu.experimental.initialize_tpu_system,
-           tf.config.list_logical_devices, tf.device,
-           tf.distribute.cluster_resolver.TPUClusterResolver)
-  assert after == before
+    assert (tf.distribute.TPUStrategy, tf.tpu.experimental.initialize_tpu_system,
+            tf.config.list_logical_devices, tf.device,
+            tf.distribute.cluster_resolver.TPUClusterResolver,
+            tf.config.experimental_connect_to_cluster) == PUBLIC
+    resolver = resolver_class(tpu="", zone=None, project=None)
+    assert isinstance(resolver, host_system.HostTPUClusterResolver)
+    # What TensorFlow's own base test calls on a Cloud TPU's resolver.
+    resolver._cloud_tpu_client.configure_tpu_version(  # pylint: disable=protected-access
+        version="nightly", restart_type="always")
+    assert connect(resolver) is None
+    topology = initialize(resolver)
+    assert list(topology.mesh_shape) == [2, 2, 1, 1]
+    assert impl(resolver, resolver_class).num_tasks == 1
+    for cls in (v1_class, v2_class):
+      strategy = cls(resolver)
+      assert type(strategy).__name__ == "HostTPUStrategy"
+      assert strategy.num_replicas_in_sync == 4
+    # Anything else still goes to TensorFlow's own code.
+    with pytest.raises(ValueError, match="must be a `ClusterSpec` or a"):
+      connect("not a cluster")
+  assert (tf.distribute.TPUStrategy, tf.tpu.experimental.initialize_tpu_system,
+          tf.config.list_logical_devices, tf.device,
+          tf.distribute.cluster_resolver.TPUClusterResolver,
+          tf.config.experimental_connect_to_cluster) == PUBLIC
+  assert [f.__code__ for f in PUBLIC + INTERNAL
+          if hasattr(f, "__code__")] == CODE
   assert host_system.active_type() is None
+  with pytest.raises(ValueError, match="TPU"):  # TensorFlow's own again
+    resolver_class(tpu="")
 
 
 @pytest.mark.parametrize("tpu", ["v5p-8"], indirect=True)

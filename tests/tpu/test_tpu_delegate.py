@@ -35,8 +35,8 @@ def fixture_calls(monkeypatch):
   """Replaces TensorFlow's engines by recorders; yields the recorded calls."""
   calls = []
   for name in ENGINES:
-    monkeypatch.setattr(
-        tf_embedding, name,
+    monkeypatch.setitem(
+        delegate.TENSORFLOW_ENGINES, name,
         lambda *args, _name=name: _Recorder(_name, calls, *args))
   return calls
 

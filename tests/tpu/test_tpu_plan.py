@@ -21,9 +21,9 @@ from tensorflow.python.tpu import tpu_embedding_v2_utils  # pylint: disable=g-di
 
 import helpers
 import tfemb
-from tfemb.tpu import cli
-from tfemb.tpu import command_line
-from tfemb.tpu import report
+from tfemb.tpu.planner import cli
+from tfemb.tpu.planner import command_line
+from tfemb.tpu.planner import report
 from tpu_stand_in import EmbeddingFeature
 from tpu_stand_in import StandInTPUStrategy
 from tpu_stand_in import use_strategy
@@ -155,7 +155,7 @@ def test_sequence_feature_with_its_own_output_shape(monkeypatch):
 def test_tensorflow_cannot_build_its_proto_under_protobuf_7(monkeypatch):
   """Why `_tensorflow_proto` casts: TF's own call fails under protobuf 7
   (a TF bug; TF 2.21 installs it); the protobuf 4 to 6 of older TensorFlow
-  releases store the bool as 0 or 1 (tfemb/tpu/config_proto.py). Asserted
+  releases store the bool as 0 or 1 (tfemb/tpu/planner/config_proto.py). Asserted
   for the installed protobuf."""
   use_strategy(monkeypatch, StandInTPUStrategy(EmbeddingFeature.V1, 8))
   table = tf_embedding.TableConfig(10, 2, name="t")

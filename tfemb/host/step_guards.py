@@ -18,9 +18,7 @@ as it is.
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util  # pylint: disable=g-direct-tensorflow-import
 
-
-_TPU_STRATEGIES = (tf.distribute.TPUStrategy,
-                   tf.distribute.experimental.TPUStrategy)
+from tfemb import tpu_strategies
 
 
 def refuse_xla(what: str) -> None:
@@ -42,8 +40,8 @@ def check_strategy(created, what: str) -> None:
   current = tf.distribute.get_strategy()
   if current is created or not tf.distribute.has_strategy():
     return  # outside any strategy: a TPU loop's enqueue
-  if isinstance(created, _TPU_STRATEGIES) or isinstance(current,
-                                                         _TPU_STRATEGIES):
+  if (tpu_strategies.is_tpu_strategy(created) or
+      tpu_strategies.is_tpu_strategy(current)):
     raise ValueError(
         f"{what} was created under {created!r} and is used under "
         f"{current!r}: its tables live on the replicas of the strategy it "

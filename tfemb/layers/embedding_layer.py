@@ -37,7 +37,7 @@ from tfemb.layers import keras_versions
 from tfemb.layers import loss_scale
 from tfemb.layers import serialization
 from tfemb.serving import keras_export
-from tfemb.tpu import delegate
+from tfemb import tpu_strategies
 
 _DUMMY_NAME = "tpu_embedding_helper_dummy"
 _KERAS_3 = keras_versions.keras_3()
@@ -143,12 +143,15 @@ class TPUEmbedding(tf.keras.layers.Layer):
                                       normalize=normalize_optimizer)
     self._feature_config = self._config.structure
     self._creation_strategy = tf.distribute.get_strategy()
-    self._on_tpu = delegate.tpu_branches(self._creation_strategy)
+    # TPU branches: a TPU's strategy or a host one (`tfemb.tpu.delegate.on_tpu` says
+    # which of the two does the work).
+    self._tpu_branches = tpu_strategies.is_tpu_strategy(
+        self._creation_strategy)
     self._sparse_core_embedding_config = sparse_core_embedding_config
     self._pipeline_execution_with_tensor_core = (
         pipeline_execution_with_tensor_core)
     self._engine = adapters.make_adapter(
-        self._on_tpu, self._config, self._optimizer, self._creation_strategy, pipeline_execution_with_tensor_core,
+        self._tpu_branches, self._config, self._optimizer, self._creation_strategy, pipeline_execution_with_tensor_core,
         embedding_feature, sparse_core_embedding_config)
     self._embedding_feature = self._engine.embedding_feature
     self._tpu_embedding = self._engine.engine  # the checkpointed engine
@@ -214,9 +217,9 @@ class TPUEmbedding(tf.keras.layers.Layer):
     """As tfrs: created and called under the same kind of strategy."""
     created = self._creation_strategy
     current = tf.distribute.get_strategy()
-    if delegate.tpu_branches(current) == self._on_tpu:
+    if tpu_strategies.is_tpu_strategy(current) == self._tpu_branches:
       return
-    if not self._on_tpu:
+    if not self._tpu_branches:
       raise RuntimeError(
           f"Layer {self.name!r} was created under strategy {created} but is "
           f"being called under a TPUStrategy ({current}). Please create the "

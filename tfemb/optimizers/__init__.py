@@ -7,7 +7,7 @@ slots, its update rule (`tfemb.update_rules`), the constants its C++ row
 rule reads and its fields in TensorFlow's `OptimizationParameters` proto.
 The update (`tfemb.update_rules.apply`), the fused kernels (whose C++ rule
 table is generated from the declarations), the TPU proto
-(`tfemb.tpu.config_proto`) and the Keras layer's config all read it.
+(`tfemb.tpu.planner.config_proto`) and the Keras layer's config all read it.
 `identify(optimizer)` finds the declaration of a tfemb or a TensorFlow
 optimizer object. TensorFlow's `CustomOptimizer` (the SparseCore's per-row
 computation; `is_custom`) has no declaration: only `TPUEmbeddingV2` runs it.

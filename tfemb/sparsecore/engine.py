@@ -36,7 +36,8 @@ _no_autograph = tf.autograph.experimental.do_not_convert
 
 @delegate.delegated_on_tpu(delegate.make_tpu_embedding_v2,
                           delegate.EmbeddingFeature.V2)
-class TPUEmbeddingV2(core.Engine):
+class TPUEmbeddingV2(core.Engine,
+                     tf.tpu.experimental.embedding.TPUEmbeddingV2):
   """`tf.tpu.experimental.embedding.TPUEmbeddingV2`, computed on the host.
 
   Args:
@@ -55,6 +56,12 @@ class TPUEmbeddingV2(core.Engine):
   SparseCores each (under a host TPUStrategy, the type's SparseCores per
   chip), as TensorFlow lays them out on such a TPU; TensorFlow's
   checkpoint adapter reshards them for another number of chips.
+
+  It is an instance of TensorFlow's class too, for code that asks
+  (keras-rs' `DistributedEmbedding` does). TensorFlow's `__init__` does
+  not run: it refuses any strategy but a TPU's. This one sets up the
+  engine core instead, and every method a program calls is this class's
+  own.
   """
 
   def __init__(self,

@@ -23,7 +23,7 @@ from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-i
 from tfemb import resolution
 from tfemb.sparsecore import pipeline_report
 from tfemb.sparsecore_configs import SparseCoreEmbeddingConfig
-from tfemb.tpu import command_line
+from tfemb.tpu.planner import command_line
 
 
 def _parser() -> command_line.Parser:

@@ -20,7 +20,7 @@ from tfemb.sparsecore import custom_table
 from tfemb.sparsecore import stacked_variables
 from tfemb.sparsecore import table_stacking
 from tfemb.sparsecore import trained_config
-from tfemb.tpu import delegate
+from tfemb import tpu_strategies
 
 _DEFAULT_SC_PER_CHIP = 4  # TensorFlow's, when the hardware does not say
 
@@ -29,7 +29,7 @@ def sparse_cores_per_chip(strategy) -> int:
   """As `TPUEmbeddingV2` reads it: the TPU's
   `num_embedding_devices_per_chip` under a TPU strategy (a host one here),
   4 where that is 0 or there is no TPU."""
-  if delegate.tpu_branches(strategy):
+  if tpu_strategies.is_tpu_strategy(strategy):
     feature = strategy.extended.tpu_hardware_feature
     if feature.num_embedding_devices_per_chip:
       return feature.num_embedding_devices_per_chip

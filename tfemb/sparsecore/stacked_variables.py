@@ -18,7 +18,7 @@ from tfemb import initialization
 from tfemb import optimizers
 from tfemb import tf_internals
 from tfemb.host import table_store
-from tfemb.tpu import delegate
+from tfemb import tpu_strategies
 from tfemb.sparsecore.restored_stack import RestoredTable
 from tfemb.sparsecore.restored_stack import RestoredValue
 from tfemb.sparsecore.stacked_blocks import rows_per_shard
@@ -74,7 +74,7 @@ def create(owner, holder, stacking, store, stacked_tables, trained):
   # Under a TPU's strategy (a host one here), a stacked variable's `values`
   # are its chips' shards, as TensorFlow's sharded variable gives them.
   chips = (stacking.num_partitions
-           if delegate.tpu_branches(store.strategy) else 0)
+           if tpu_strategies.is_tpu_strategy(store.strategy) else 0)
   for config in stacked_tables:
     names = stacking.stacked_tables[config.name].table_names
     rows = rows_per_shard(stacking, config.name)

@@ -2,6 +2,6 @@
 
 import sys
 
-from tfemb.tpu import cli
+from tfemb.tpu.planner import cli
 
 sys.exit(cli.main())

@@ -13,11 +13,15 @@ the TPU's embedding hardware, as tensorflow-recommenders' layer does:
 
 Nothing else happens here: what the returned object computes is TensorFlow's.
 
-Under a host `TPUStrategy` (`tfemb.patch(tpu=TYPE)`, `tfemb.tpu.host_strategy`)
-the program's TPU branches run (`tpu_branches`), but the engine for the
-type's embedding hardware is tfemb's host engine of that generation
-(`tfemb.TPUEmbedding`, `tfemb.TPUEmbeddingV2`, `tfemb.TPUEmbeddingV0`): the
-TPU's numbers on the CPU.
+Under a host `TPUStrategy` (`tfemb.patch(tpu=TYPE)`, `tfemb.tpu.host`)
+the program's TPU branches run (`tfemb.tpu_strategies.is_tpu_strategy`),
+but the engine for the type's embedding hardware is tfemb's host engine of
+that generation (`tfemb.TPUEmbedding`, `tfemb.TPUEmbeddingV2`,
+`tfemb.TPUEmbeddingV0`): the TPU's numbers on the CPU.
+
+`tfemb.patch()` never changes a name TensorFlow's code reads: TensorFlow's
+engine classes here are TensorFlow's, and on a TPU their construction is
+TensorFlow's own (`tfemb.patching`).
 """
 
 import inspect
@@ -25,26 +29,23 @@ from typing import Any, Callable, Dict, Optional
 
 import tensorflow as tf
 
+from tensorflow.python.tpu import tpu_embedding_v1  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.tpu import tpu_embedding_v2  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.tpu import tpu_embedding_v3  # pylint: disable=g-direct-tensorflow-import
+
 from tfemb import tf_conversion
 from tfemb import tf_versions
-from tfemb.tpu import host_strategy
-from tfemb.tpu.tensorflow_classes import tensorflow_engine
+from tfemb import tpu_strategies
+from tfemb.tpu.host import strategy as host_strategy
 
 EmbeddingFeature = tf.tpu.experimental.HardwareFeature.EmbeddingFeature
 
-# The strategies TensorFlow's TPU engines accept (tf.distribute.TPUStrategy is
-# TPUStrategyV2; the experimental one is the V1 class).
-_TPU_STRATEGIES = (tf.distribute.TPUStrategy,
-                   tf.distribute.experimental.TPUStrategy)
-
-
-def tpu_branches(strategy: Optional[Any] = None) -> bool:
-  """Whether `strategy` (default: the current one) is a TPU strategy, as
-  TensorFlow's engines and tfrs check: a TPU's, or a host one. The Keras
-  layer takes the TPU's path where this holds."""
-  if strategy is None:
-    strategy = tf.distribute.get_strategy()
-  return isinstance(strategy, _TPU_STRATEGIES)
+# TensorFlow's engine classes, by their public names.
+TENSORFLOW_ENGINES = {
+    "TPUEmbedding": tpu_embedding_v2.TPUEmbedding,
+    "TPUEmbeddingV2": tpu_embedding_v3.TPUEmbeddingV2,
+    "TPUEmbeddingV0": tpu_embedding_v1.TPUEmbeddingV0,
+}
 
 
 def on_tpu(strategy: Optional[Any] = None) -> bool:
@@ -55,8 +56,8 @@ def on_tpu(strategy: Optional[Any] = None) -> bool:
   (`tfemb.patching`)."""
   if strategy is None:
     strategy = tf.distribute.get_strategy()
-  return tpu_branches(strategy) and not host_strategy.is_host_tpu_strategy(
-      strategy)
+  return (tpu_strategies.is_tpu_strategy(strategy) and
+          not host_strategy.is_host_tpu_strategy(strategy))
 
 
 # tfemb's host engine of each embedding feature, registered by the classes
@@ -137,7 +138,7 @@ def make_tpu_embedding(feature_config: Any,
     `TPUEmbeddingV0`.
   """
   strategy = strategy or tf.distribute.get_strategy()
-  if not tpu_branches(strategy):
+  if not tpu_strategies.is_tpu_strategy(strategy):
     raise ValueError(
         f"The TPU delegate needs a TPUStrategy, got {type(strategy).__name__}; "
         "off the TPU, tfemb.TPUEmbedding is the host engine.")
@@ -148,17 +149,15 @@ def make_tpu_embedding(feature_config: Any,
                         sparse_core_embedding_config)
   feature_config, optimizer = tf_conversion.to_tensorflow(
       (feature_config, optimizer))
-  # TensorFlow's own classes, even where tfemb.patch() routed the names.
-  engine = tensorflow_engine
   if feature == EmbeddingFeature.V1:
-    return engine("TPUEmbedding")(feature_config, optimizer,
-                                  pipeline_execution_with_tensor_core)
+    return TENSORFLOW_ENGINES["TPUEmbedding"](
+        feature_config, optimizer, pipeline_execution_with_tensor_core)
   if feature == EmbeddingFeature.V2:
     return make_tpu_embedding_v2(feature_config, optimizer,
                                  pipeline_execution_with_tensor_core,
                                  sparse_core_embedding_config)
   if feature == EmbeddingFeature.UNSUPPORTED:
-    return engine("TPUEmbeddingV0")(feature_config, optimizer)
+    return TENSORFLOW_ENGINES["TPUEmbeddingV0"](feature_config, optimizer)
   raise ValueError(f"Unknown TPU embedding feature {feature!r}; expected one "
                    f"of {list(EmbeddingFeature)}.")
 
@@ -190,7 +189,7 @@ def make_tpu_embedding_v2(feature_config: Any,
       tf_conversion.to_tensorflow(
           (feature_config, optimizer, sparse_core_embedding_config)))
   return tf_versions.construct(
-      tensorflow_engine("TPUEmbeddingV2"),
+      TENSORFLOW_ENGINES["TPUEmbeddingV2"],
       dict(feature_config=feature_config, optimizer=optimizer,
            pipeline_execution_with_tensor_core=(
                pipeline_execution_with_tensor_core),

@@ -30,15 +30,16 @@ from tfemb.tpu import delegate
 EmbeddingFeature = delegate.EmbeddingFeature
 
 
-def make_adapter(on_tpu, config, optimizer, strategy,
+def make_adapter(tpu_branches, config, optimizer, strategy,
                  pipeline_execution_with_tensor_core=False,
                  embedding_feature=None, sparse_core_embedding_config=None
                  ) -> EngineAdapter:
-  """The adapter for `strategy`: a host engine unless `on_tpu`.
+  """The adapter for `strategy`: a host engine unless `tpu_branches`.
 
   Args:
-    on_tpu: the layer's `tfemb.tpu.delegate.tpu_branches(strategy)` (a TPU's
-      strategy or a host one: the engine is then the TPU's or tfemb's).
+    tpu_branches: whether `strategy` is a TPU strategy
+      (`tfemb.tpu_strategies.is_tpu_strategy`: a TPU's or a host one; the
+      engine is then the TPU's or tfemb's).
     config: the layer's `tfemb.resolution.Resolved` configuration (named
       tables with their optimizers), which the host engines take as it is.
     optimizer: the layer's embedding optimizer (or None).
@@ -47,7 +48,7 @@ def make_adapter(on_tpu, config, optimizer, strategy,
     embedding_feature: None (the TPU's) or the feature to use on a TPU.
     sparse_core_embedding_config: for `TPUEmbeddingV2`.
   """
-  if not on_tpu:
+  if not tpu_branches:
     if (embedding_feature == EmbeddingFeature.V2 or
         sparse_core_embedding_config is not None):
       return HostV2Adapter.create(

@@ -4,7 +4,7 @@ For TensorFlow's `TPUEmbedding` (embedding hardware V1), per table: rows,
 dim, and the float32 bytes of its parameters and of each optimizer slot;
 then the bytes on the fullest host and on the fullest chip; and the
 `TPUEmbeddingConfiguration` proto TensorFlow would send
-(`tfemb.tpu.config_proto`).
+(`tfemb.tpu.planner.config_proto`).
 
 How rows are placed: TensorFlow pads a table to `max(vocabulary_size,
 num_hosts)` rows and divides them over the hosts, the first
@@ -20,8 +20,8 @@ import numbers
 from typing import Any, Dict, Optional, Tuple
 
 from tfemb import optimizers
-from tfemb.tpu import config_proto as config_proto_lib
-from tfemb.tpu import report
+from tfemb.tpu.planner import config_proto as config_proto_lib
+from tfemb.tpu.planner import report
 
 BYTES_PER_VALUE = 4  # TensorFlow creates TPU tables and slots as float32.
 

@@ -6,7 +6,7 @@ file; ATTR names a nested structure of `FeatureConfig`s, a pair
 `(feature_config, optimizer)`, or a function of no arguments returning
 either. Prints `tfemb.tpu.plan`'s report; `--proto-out FILE` also writes
 the `TPUEmbeddingConfiguration` proto as text. Bad input is one line on
-stderr and exit status 2 (`tfemb.tpu.command_line`; `--debug`: the
+stderr and exit status 2 (`tfemb.tpu.planner.command_line`; `--debug`: the
 traceback).
 """
 
@@ -16,8 +16,8 @@ from typing import Optional, Sequence
 
 from google.protobuf import text_format
 
-from tfemb.tpu import command_line
-from tfemb.tpu import planning
+from tfemb.tpu.planner import command_line
+from tfemb.tpu.planner import memory
 
 _TARGET = "MODULE:ATTR"
 
@@ -65,7 +65,7 @@ def _plan(args) -> int:
   feature_config, optimizer = command_line.configuration(_TARGET,
                                                          args.target)
   try:
-    result = planning.plan(
+    result = memory.plan(
         feature_config, optimizer, args.num_replicas,
         args.per_replica_batch_size, num_hosts=args.num_hosts,
         chips_per_host=args.chips_per_host,

@@ -6,7 +6,7 @@ strategy on the CPU (docs/tpu.md, "TPU programs on the CPU").
 `isinstance(strategy, TPUStrategy)` (tensorflow-recommenders, keras-rs,
 Keras' `fit`, Model Garden, the user's own code) takes its TPU path, and
 `extended.tpu_hardware_feature` and `num_hosts` are the emulated type's
-(`tfemb.tpu.tpu_types`). What a replica computes runs as
+(`tfemb.tpu.host.tpu_types`). What a replica computes runs as
 `MirroredStrategy` runs it on the same devices (TensorFlow's own
 `MirroredExtended`): variables are mirrored, gradients all-reduced, and N
 replicas equal one replica on the global batch. As on a TPU, `run` outside
@@ -25,21 +25,18 @@ import weakref
 from typing import Any, List, Optional
 
 import tensorflow as tf
-from tensorflow.python.distribute import distribute_lib  # pylint: disable=g-direct-tensorflow-import
-from tensorflow.python.distribute import mirrored_strategy  # pylint: disable=g-direct-tensorflow-import
-from tensorflow.python.distribute import tpu_strategy  # pylint: disable=g-direct-tensorflow-import
-from tensorflow.python.tpu import tpu_hardware_feature  # pylint: disable=g-direct-tensorflow-import
 
-from tfemb.tpu import host_devices
-from tfemb.tpu import host_system
-from tfemb.tpu import tpu_types
+from tfemb.tpu.host import devices as host_devices
+from tfemb.tpu.host import system as host_system
+from tfemb.tpu.host import tf_internals
+from tfemb.tpu.host import tpu_types
 
 # Each strategy's collectives get keys of their own, as two MirroredStrategy
 # objects in one process need.
 _KEY_BASES = itertools.count(start=1 << 20, step=1 << 16)
 
 
-class HostTPUExtended(mirrored_strategy.MirroredExtended):
+class HostTPUExtended(tf_internals.MirroredExtended):
   """`MirroredExtended` over the type's logical CPU devices, with the
   attributes a TPU program reads of `TPUStrategy.extended`."""
 
@@ -64,7 +61,7 @@ class HostTPUExtended(mirrored_strategy.MirroredExtended):
   @property
   def tpu_hardware_feature(self):
     """The type's embedding hardware (`tf.tpu.experimental.HardwareFeature`)."""
-    return tpu_hardware_feature.HardwareFeature(
+    return tf_internals.HardwareFeature(
         self._tpu_type.hardware_feature_proto())
 
   @property
@@ -85,11 +82,11 @@ class HostTPUExtended(mirrored_strategy.MirroredExtended):
     it (TensorFlow's `run` refuses any other eager `fn`)."""
     del options  # a TPU's compile options
     if not tf.executing_eagerly():
-      return self._call_for_each_replica(fn, args, kwargs or {})
+      return tf_internals.call_for_each_replica(self, fn, args, kwargs or {})
     function = self._tpu_function_cache.get(fn)
     if function is None:
       function = tf.function(
-          lambda a, k: self._call_for_each_replica(fn, a, k or {}),
+          lambda a, k: tf_internals.call_for_each_replica(self, fn, a, k or {}),
           autograph=False)
       self._tpu_function_cache[fn] = function
     return function(args, kwargs)
@@ -111,13 +108,21 @@ class HostTPUExtended(mirrored_strategy.MirroredExtended):
     return False
 
 
-class HostTPUStrategy(tpu_strategy.TPUStrategyV2, tpu_strategy.TPUStrategy):
+class HostTPUStrategy(tf_internals.TPUStrategyV2,
+                      tf_internals.TPUStrategyV1Class):
   """`tf.distribute.TPUStrategy` on the host's logical CPU devices, for the
   TPU type of `tpu_cluster_resolver` (a host resolver from
   `tfemb.patch(tpu=TYPE)`), or of the active patch when None.
 
+  TensorFlow's TPU strategy constructors are not run: they build a
+  `TPUExtended`, which connects to the TPU system and compiles for it.
+  What they end with, `tf.distribute.Strategy.__init__`, runs instead,
+  with a `HostTPUExtended`. (The one attribute `TPUStrategyV2`'s adds,
+  `_enable_packed_variable_in_eager_mode`, only `TPUExtended` reads; the
+  usage gauges it sets are TensorFlow's telemetry.)
+
   Args:
-    tpu_cluster_resolver: the resolver (`tfemb.tpu.host_system`), or None.
+    tpu_cluster_resolver: the resolver (`tfemb.tpu.host.system`), or None.
     experimental_device_assignment: a `tf.tpu.experimental.DeviceAssignment`
       over the type's topology: its replicas (one core each) become the
       strategy's, on the devices of their cores.
@@ -126,7 +131,7 @@ class HostTPUStrategy(tpu_strategy.TPUStrategyV2, tpu_strategy.TPUStrategy):
       `experimental_device_assignment`.
   """
 
-  # pylint: disable=super-init-not-called,non-parent-init-called
+  # pylint: disable=super-init-not-called
   def __init__(self, tpu_cluster_resolver=None,
                experimental_device_assignment=None,
                experimental_spmd_xla_partitioning=False,
@@ -138,7 +143,7 @@ class HostTPUStrategy(tpu_strategy.TPUStrategyV2, tpu_strategy.TPUStrategy):
     devices = host_devices.replica_devices(tpu_type,
                                            _ordinals(tpu_type, assignment))
     self._collective_key_base = next(_KEY_BASES)
-    distribute_lib.Strategy.__init__(
+    tf_internals.init_strategy_base(
         self, HostTPUExtended(self, tpu_type, devices, resolver, assignment))
 
   def __repr__(self) -> str:
@@ -158,6 +163,7 @@ def _ordinals(tpu_type: tpu_types.TPUType, assignment) -> List[int]:
   # One host: a replica's core ordinal is its device.
   return [int(assignment.tpu_ordinal(replica=r, logical_core=0))
           for r in range(assignment.num_replicas)]
+
 
 def is_host_tpu_strategy(strategy: Any) -> bool:
   return isinstance(strategy, HostTPUStrategy)

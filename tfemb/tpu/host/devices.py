@@ -10,19 +10,14 @@ with what to do where TensorFlow has already set up fewer.
 from typing import List, Sequence
 
 import tensorflow as tf
-from tensorflow.python.eager import context  # pylint: disable=g-direct-tensorflow-import
 
-from tfemb.tpu import tpu_types
+from tfemb.tpu.host import tf_internals
+from tfemb.tpu.host import tpu_types
 
 
 class DevicesAlreadySetUpError(RuntimeError):
   """TensorFlow set up its devices before the TPU type could split the
   CPU into its replicas."""
-
-
-def _initialized() -> bool:
-  """Whether TensorFlow has set up its devices (they cannot change now)."""
-  return context.context()._context_handle is not None  # pylint: disable=protected-access
 
 
 def _logical_cpus() -> int:
@@ -33,7 +28,7 @@ def configure(tpu_type: tpu_types.TPUType) -> None:
   """Splits the CPU into `tpu_type.num_replicas` logical devices, or checks
   that TensorFlow already has that many."""
   wanted = tpu_type.num_replicas
-  if _initialized():
+  if tf_internals.devices_set_up():
     have = _logical_cpus()
     if have < wanted:
       raise DevicesAlreadySetUpError(

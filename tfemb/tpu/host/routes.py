@@ -1,0 +1,80 @@
+"""TensorFlow's TPU system, routed to the host by the object
+(`tfemb.object_hooks`): while a TPU type is emulated, TensorFlow's own
+classes and functions hand a TPU program's set-up to
+`tfemb.tpu.host.system` and `tfemb.tpu.host.strategy`, whatever name the
+program reached them by (`tf.distribute...`, `tensorflow.python...`, an
+alias, a reference kept before the patch). No name in TensorFlow's modules
+changes, and what is not a host TPU's goes to TensorFlow's own code:
+
+| TensorFlow's object | routed to the host when |
+|---|---|
+| `TPUClusterResolver` (the class itself) | a type is emulated |
+| `TPUStrategy`, `tf.distribute.experimental.TPUStrategy` (the classes themselves) | its resolver is a host one, or None or any TPU resolver while a type is emulated |
+| `initialize_tpu_system_impl`, `shutdown_tpu_system_impl` (every `initialize_tpu_system` / `shutdown_tpu_system`, `TPUClusterResolver.connect`) | the same |
+| `tf.config.experimental_connect_to_cluster` | it is given such a resolver |
+| `tf.config.list_logical_devices`, `list_physical_devices`, `tf.device` | it is asked for a TPU device: refused, the replicas are CPU devices |
+"""
+
+from typing import List, Union
+
+from tfemb import object_hooks
+from tfemb.tpu.host import strategy as host_strategy
+from tfemb.tpu.host import system
+from tfemb.tpu.host import tf_internals
+
+Hook = Union[object_hooks.ClassHook, object_hooks.FunctionHook]
+
+
+def _resolver(*args, **kwargs):
+  del args, kwargs
+  return system.HostTPUClusterResolver if system.active_type() else None
+
+
+def _strategy(tpu_cluster_resolver=None, *args, **kwargs):
+  del args, kwargs
+  if system.is_host_resolver(tpu_cluster_resolver):
+    return host_strategy.HostTPUStrategy
+  return None
+
+
+def _tpu_system(function):
+  def route(cluster_resolver=None, *args, **kwargs):
+    del args, kwargs
+    return function if system.is_host_resolver(cluster_resolver) else None
+  return route
+
+
+def _connect(cluster_spec_or_resolver=None, *args, **kwargs):
+  del args, kwargs
+  if cluster_spec_or_resolver is not None and system.is_host_resolver(
+      cluster_spec_or_resolver):
+    return system.no_connection
+  return None
+
+
+def hooks() -> List[Hook]:
+  """The hooks, not installed: `tfemb.patching` installs them while a TPU
+  type is emulated."""
+  return [
+      object_hooks.ClassHook(tf_internals.TPUClusterResolver, _resolver,
+                             route_bare_calls=True),
+      object_hooks.ClassHook(tf_internals.TPUStrategyV2, _strategy,
+                             route_bare_calls=True),
+      object_hooks.ClassHook(tf_internals.TPUStrategyV1Class, _strategy,
+                             route_bare_calls=True),
+      object_hooks.FunctionHook(
+          tf_internals.initialize_tpu_system_impl,
+          _tpu_system(system.initialize_tpu_system)),
+      object_hooks.FunctionHook(
+          tf_internals.shutdown_tpu_system_impl,
+          _tpu_system(system.shutdown_tpu_system)),
+      object_hooks.FunctionHook(tf_internals.connect_to_cluster, _connect),
+      object_hooks.FunctionHook(
+          tf_internals.list_logical_devices,
+          system.refuse_tpu_device_type("list_logical_devices")),
+      object_hooks.FunctionHook(
+          tf_internals.list_physical_devices,
+          system.refuse_tpu_device_type("list_physical_devices")),
+      object_hooks.FunctionHook(tf_internals.device_v2,
+                                system.refuse_tpu_device),
+  ]
