@@ -1,8 +1,12 @@
 """tfemb: TensorFlow's `tf.tpu.experimental.embedding` API, with the TPU
 embedding engine's exact numbers on CPU and GPU."""
 
-# First: a clear error when no supported TensorFlow is installed.
-from tfemb import tf_versions
+# First, before TensorFlow loads: a TPU VM program's runtime settings set
+# aside where a TPU is emulated (tfemb/tpu_vm.py).
+from tfemb import tpu_vm
+tpu_vm.prepare()
+# Then: a clear error when no supported TensorFlow is installed.
+from tfemb import tf_versions  # pylint: disable=g-import-not-at-top,wrong-import-position
 from tfemb.configs import FeatureConfig
 from tfemb.configs import QuantizationConfig
 from tfemb.configs import TableConfig

@@ -8,6 +8,8 @@ working directory `-m` put there); a script that cannot be opened, or a
 module that cannot be found, is Python's one line on stderr and its exit
 status (2, 1); an exception the program does not catch is printed as
 Python prints it, without this launcher's frames, and exits 1.
+With `--tpu`, a TPU VM program's preamble (`import libtpu`, the TPU
+runtime's environment variables) does not stop it (`tfemb.tpu_vm`).
 """
 
 import importlib.machinery
@@ -103,7 +105,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   try:
     tpu, argv = _tpu_option(argv)
     if tpu is not None:
-      from tfemb.tpu import tpu_types  # pylint: disable=g-import-not-at-top
+      from tfemb.tpu.host import tpu_types  # pylint: disable=g-import-not-at-top
       tpu_types.lookup(tpu)  # an unknown type fails before the program
   except (_UsageError, ValueError) as e:
     print(f"{_USAGE}\nerror: {e}", file=sys.stderr)
@@ -122,6 +124,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       print(failure[0], file=sys.stderr)
       return failure[1]
   import tfemb  # pylint: disable=g-import-not-at-top
+  if tpu is not None:
+    tfemb.tpu_vm.provide_libtpu()  # a TPU VM program's `import libtpu`
   with tfemb.patch(tpu=tpu):
     if argv[0] == "-m":
       sys.argv = argv[1:]

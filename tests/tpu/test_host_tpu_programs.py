@@ -16,6 +16,13 @@ import helpers
 import reference
 
 PROGRAM = str(helpers.WORKERS / "tpu_program.py")
+# The same program behind a TPU VM's preamble (`import libtpu`, the TPU
+# runtime's variables), with the variables in its environment too.
+TPU_VM_PROGRAM = str(helpers.WORKERS / "tpu_vm_program.py")
+TPU_VM_ENVIRONMENT = {"PJRT_DEVICE": "TPU",
+                      "NEXT_PLUGGABLE_DEVICE_USE_C_API": "true",
+                      "TF_PLUGGABLE_DEVICE_LIBRARY_PATH": "/lib/libtpu.so",
+                      "TF_XLA_FLAGS": "--tf_mlir_enable_mlir_bridge=true"}
 # The program uses no Keras: the same work in both passes, so it runs in
 # one (`runs_under`), the Keras 3 pass, which has room for it.
 pytestmark = [pytest.mark.runs_under("keras3")]
@@ -51,6 +58,9 @@ def _expected_table(result):
 def test_a_tpu_program_runs_as_the_type(tpu, feature, cores, engine):
   if tpu == "v2-8":  # as a test runner sets it
     done = _run(["-m", "tfemb.run", PROGRAM], env={"TFEMB_TPU": tpu})
+  elif tpu == "v6e-8":  # a TPU VM program, as Cloud TPU's guides write it
+    done = _run(["-m", "tfemb.run", "--tpu", tpu, TPU_VM_PROGRAM],
+                env=TPU_VM_ENVIRONMENT)
   else:
     done = _run(["-m", "tfemb.run", "--tpu", tpu, PROGRAM])
   result = _result(done)
