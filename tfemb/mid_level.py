@@ -28,6 +28,7 @@ from tfemb.host import HostEmbedding
 from tfemb.host import tpu_protocol
 from tfemb.tpu.planner import config_proto
 from tfemb.tpu import delegate
+from tfemb.tpu.host import tpu_rules
 
 _no_autograph = tf.autograph.experimental.do_not_convert
 
@@ -70,6 +71,12 @@ class TPUEmbedding(HostEmbedding, tf.tpu.experimental.embedding.TPUEmbedding):
 
   _create_copy_for_async_checkpoint = tf_internals.not_inherited()
 
+  def _configure_tpu(self) -> None:
+    """As the tables are created under a host TPUStrategy, the TPU's one
+    embedding engine is configured (a second refused until the TPU system
+    is initialized again), as TensorFlow's `build` does on a TPU."""
+    tpu_rules.check_build(self._core.strategy)
+
   def __init__(self, feature_config: Any, optimizer: Optional[Any],
                pipeline_execution_with_tensor_core: bool = False):
     super().__init__(feature_config, optimizer,
@@ -88,6 +95,7 @@ class TPUEmbedding(HostEmbedding, tf.tpu.experimental.embedding.TPUEmbedding):
     (with `device`, the next `dequeue` of the replica on that device).
     """
     del name
+    tpu_rules.check_enqueue(self._core.strategy, features)
     self._protocol.enqueue(features, weights, training, device)
 
   @_no_autograph

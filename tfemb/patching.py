@@ -6,7 +6,8 @@ layer (`tfrs.layers.embedding.TPUEmbedding`) to tfemb's by the object:
 each class's construction asks where it is (`tfemb.object_hooks`). Off a
 TPU it builds tfemb's class of the same name; under a TPU's own
 `TPUStrategy` it builds TensorFlow's (or tfrs') own object, exactly as
-without the patch. No name in TensorFlow's or tfrs' modules changes, so
+without the patch (and so it does outside the TPUStrategy of an emulated
+TPU, below, as on a TPU's host). No name in TensorFlow's or tfrs' modules changes, so
 every way a program reaches a class (the public names,
 `tensorflow.python...` paths, aliases, a class kept in a list or a closure
 before the patch) is routed, and TensorFlow's own code, which names its
@@ -34,7 +35,10 @@ import importlib.util
 import threading
 from typing import Any, List, Optional
 
+import tensorflow as tf
+
 from tfemb import object_hooks
+from tfemb import tpu_strategies
 from tfemb.mid_level import TPUEmbedding
 from tfemb.sparsecore.engine import TPUEmbeddingV2
 from tfemb.tpu import delegate
@@ -54,12 +58,19 @@ _ENGINE_HOOKS: List[Any] = []  # installed while any patch is active
 
 
 def _off_the_tpu(ours: Any):
-  """A construction's route: `ours` unless TensorFlow's engines run here
-  (a TPU's own strategy)."""
+  """A construction's route: `ours`, unless TensorFlow's own object is what
+  a TPU gives: under a TPU's own strategy, and, while a TPU type is
+  emulated, outside its TPUStrategy (there TensorFlow's engines take their
+  CPU paths or refuse, as they do on a TPU's host)."""
 
   def route(*args, **kwargs):
     del args, kwargs
-    return None if delegate.on_tpu() else ours
+    if delegate.on_tpu():
+      return None
+    if host_system.active_type() is not None and not (
+        tpu_strategies.is_tpu_strategy(tf.distribute.get_strategy())):
+      return None
+    return ours
 
   return route
 

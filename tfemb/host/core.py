@@ -244,9 +244,11 @@ class EngineCore:
   def built(self) -> bool:
     return self.tables is not None
 
-  def build(self, owner, then: Optional[Callable[[Any], None]] = None):
+  def build(self, owner, then: Optional[Callable[[Any], None]] = None,
+            before: Optional[Callable[[], None]] = None):
     """Creates the tables once, as children of `owner`, then their paths;
-    `then(tables)` runs right after, where the tables were created (the
+    `before()` runs once first (it may refuse: nothing is created), and
+    `then(tables)` right after, where the tables were created (the
     engine's own variables beside them, its attributes)."""
     if self.built:
       return
@@ -254,6 +256,8 @@ class EngineCore:
     def create(*unused_strategy):
       if self.built:  # another replica's merge_call got here first
         return
+      if before is not None:
+        before()
       with checkpoint_refusals.unreadable_restore_dropped(owner):
         tables = self.layout.create(owner, self.store)
       partitioned = self.store.partitioned

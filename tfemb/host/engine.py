@@ -29,6 +29,7 @@ from tfemb import inputs
 from tfemb import optimizers
 from tfemb import resolution
 from tfemb import shapes
+from tfemb import tpu_strategies
 from tfemb.host import core
 from tfemb.host import feeding
 from tfemb.host import step
@@ -135,20 +136,26 @@ class HostEmbedding(core.Engine):
         incoming = [shapes.from_batch_size(batch, f) for f in features]
     if incoming is not None:
       self._core.fix_shapes(incoming)
-    # TF's TPU rule, for the shapes known so far (TF's TPU engine also
-    # refuses a plain `build()` before any shape is known; here, as in
-    # TensorFlow's serving class, the shapes then come from the first
-    # enqueue).
-    shapes.check_fully_defined(config.paths, self._core.output_shapes,
-                               known_rank_only=True)
+    # TF's TPU rule, for the shapes known so far. TF's TPU engine also
+    # refuses a plain `build()` before any shape is known, and so does a
+    # host TPU (a TPU strategy's engine); elsewhere, as in TensorFlow's
+    # serving class, the shapes then come from the first enqueue.
+    shapes.check_fully_defined(
+        config.paths, self._core.output_shapes,
+        known_rank_only=not tpu_strategies.is_tpu_strategy(
+            self._core.strategy))
 
     def then(tables):
       self._variables = tables  # tracked, as TensorFlow's engine does
       self._lookup_paths = data_structures.NoDependency([
           table_paths.OpsTable(t, tables[t.name]) for t in config.tables])
 
-    self._core.build(self, then)
+    self._core.build(self, then, self._configure_tpu)
     heap.keep_freed_buffers(self._core.options)
+
+  def _configure_tpu(self) -> None:
+    """What a TPU does as the tables are created: nothing on the host
+    (`tfemb.TPUEmbedding` configures a host TPU's embedding engine)."""
 
   @property
   def _output_shapes(self):
@@ -278,6 +285,8 @@ class HostEmbedding(core.Engine):
           raise ValueError(error)
       incoming = [shapes.from_enqueued(x, f)
                   for x, f in zip(flat, config.features)]
+      if not self._core.built:  # built with them, as TensorFlow's enqueue
+        self._core.fix_shapes(incoming)
     else:
       serving = [rules.serving_fallback and
                  inputs.serving_only(x.shape, shapes.kind_of(x))

@@ -28,6 +28,9 @@ TFClusterResolver = tf_internals.TPUClusterResolver  # TensorFlow's
 
 _LOCK = threading.Lock()
 _active: List[tpu_types.TPUType] = []  # the emulated type, while patched
+# Whether a TPUEmbedding (embedding hardware V1) has configured the TPU's
+# embedding engine since the TPU system was last initialized: one may.
+_embedding_configured: List[bool] = [False]
 
 
 def active_type() -> Optional[tpu_types.TPUType]:
@@ -43,6 +46,25 @@ def activate(tpu_type: tpu_types.TPUType) -> None:
 def deactivate() -> None:
   with _LOCK:
     _active.clear()
+    _embedding_configured[0] = False
+
+
+def configure_embedding_engine() -> None:
+  """Claims the TPU's embedding engine for a `TPUEmbedding` being built,
+  as TensorFlow's `build` does, which refuses a second one until the TPU
+  system is initialized again."""
+  with _LOCK:
+    if _embedding_configured[0]:
+      raise RuntimeError(
+          "TPU is already initialized for embeddings. This may be caused by "
+          "using multiple TPUEmbedding instances in a TPU scope which is "
+          "unsupported")
+    _embedding_configured[0] = True
+
+
+def _clear_embedding_engine() -> None:
+  with _LOCK:
+    _embedding_configured[0] = False
 
 
 def _require_type() -> tpu_types.TPUType:
@@ -198,6 +220,7 @@ def initialize_tpu_system(cluster_resolver=None, tpu_cluster_resolver_cls=None):
   TensorFlow there, the serialized topology."""
   del tpu_cluster_resolver_cls  # TensorFlow's implementation's argument
   resolver = resolver_for(cluster_resolver)
+  _clear_embedding_engine()
   result = topology(resolver.tpu_type)
   resolver.set_tpu_topology(result.serialized())
   if cluster_resolver is not None and cluster_resolver is not resolver:
@@ -208,9 +231,10 @@ def initialize_tpu_system(cluster_resolver=None, tpu_cluster_resolver_cls=None):
 
 
 def shutdown_tpu_system(cluster_resolver=None, tpu_cluster_resolver_cls=None):
-  """`shutdown_tpu_system` on the host: nothing to shut down."""
+  """`shutdown_tpu_system` on the host: the embedding engine released."""
   del tpu_cluster_resolver_cls
   resolver_for(cluster_resolver)
+  _clear_embedding_engine()
 
 
 def no_connection(cluster_spec_or_resolver, *args, **kwargs) -> None:
