@@ -323,6 +323,33 @@ def test_tpu_device_names_are_refused(tpu):
 
 
 @pytest.mark.parametrize("tpu", ["v5p-8"], indirect=True)
+def test_the_host_tpus_datasets_run_without_autotuning(tpu):
+  """Freeing a per-replica iterator with tf.data's autotuning on waits for
+  each replica's autotuning thread, up to a minute each, holding the GIL
+  (tfemb/tpu/host/strategy.py): the host TPU's datasets run without it,
+  the program's other options kept, the batches as they were."""
+  options = tf.data.Options()
+  options.deterministic = False
+  data = tf.data.Dataset.range(16).batch(8).with_options(options)
+  distributed = [
+      tpu.experimental_distribute_dataset(data),
+      tpu.distribute_datasets_from_function(
+          lambda context: data.unbatch().batch(2).with_options(options))]
+  # TensorFlow's attributes: each replica's (or worker's) dataset.
+  datasets = (distributed[0]._cloned_datasets +  # pylint: disable=protected-access
+              distributed[1]._datasets)  # pylint: disable=protected-access
+  for dataset in datasets:
+    assert dataset.options().autotune.enabled is False
+    assert dataset.options().deterministic is False
+  for each in distributed:
+    batch = next(iter(each))
+    np.testing.assert_array_equal(
+        np.concatenate([v.numpy() for v in
+                        tpu.experimental_local_results(batch)]),
+        np.arange(8))
+
+
+@pytest.mark.parametrize("tpu", ["v5p-8"], indirect=True)
 def test_a_device_assignment_of_several_cores_per_replica_is_refused(tpu):
   del tpu
   resolver = tf.distribute.cluster_resolver.TPUClusterResolver()

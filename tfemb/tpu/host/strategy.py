@@ -21,8 +21,9 @@ tfemb's host engines of the type's generation do (`V1`:
 
 import contextlib
 import itertools
+import threading
 import weakref
-from typing import Any, List, Optional
+from typing import Any, FrozenSet, List, NamedTuple, Optional
 
 import tensorflow as tf
 
@@ -34,6 +35,41 @@ from tfemb.tpu.host import tpu_types
 # Each strategy's collectives get keys of their own, as two MirroredStrategy
 # objects in one process need.
 _KEY_BASES = itertools.count(start=1 << 20, step=1 << 16)
+
+
+class ReplicaCall(NamedTuple):
+  """The replica function `run` is tracing in this thread: the graph it
+  traces into (a TPU's `TPUReplicateContext`'s) and its inputs, the
+  component tensors of its arguments (the TPU's replicated inputs)."""
+  graph: Any
+  inputs: FrozenSet[int]  # id() of each tensor
+
+
+_replica_calls = threading.local()
+
+
+def replica_call() -> Optional[ReplicaCall]:
+  """The replica function a host TPUStrategy's `run` is tracing in this
+  thread (a replica's), or None outside one."""
+  return getattr(_replica_calls, "current", None)
+
+
+def _recording_replica_calls(fn):
+  """`fn`, recording its `ReplicaCall` while it runs."""
+
+  def replica_fn(*args, **kwargs):
+    before = replica_call()
+    _replica_calls.current = ReplicaCall(
+        tf.compat.v1.get_default_graph(),
+        frozenset(id(t) for t in tf.nest.flatten((args, kwargs),
+                                                 expand_composites=True)
+                  if isinstance(t, tf.Tensor)))
+    try:
+      return fn(*args, **kwargs)
+    finally:
+      _replica_calls.current = before
+
+  return replica_fn
 
 
 class HostTPUExtended(tf_internals.MirroredExtended):
@@ -81,13 +117,15 @@ class HostTPUExtended(tf_internals.MirroredExtended):
     called eagerly is traced into one function first, as a TPU compiles
     it (TensorFlow's `run` refuses any other eager `fn`)."""
     del options  # a TPU's compile options
+    replica_fn = _recording_replica_calls(fn)
     if not tf.executing_eagerly():
-      return tf_internals.call_for_each_replica(self, fn, args, kwargs or {})
+      return tf_internals.call_for_each_replica(self, replica_fn, args,
+                                                kwargs or {})
     function = self._tpu_function_cache.get(fn)
     if function is None:
       function = tf.function(
-          lambda a, k: tf_internals.call_for_each_replica(self, fn, a, k or {}),
-          autograph=False)
+          lambda a, k: tf_internals.call_for_each_replica(
+              self, replica_fn, a, k or {}), autograph=False)
       self._tpu_function_cache[fn] = function
     return function(args, kwargs)
 
@@ -103,6 +141,22 @@ class HostTPUExtended(tf_internals.MirroredExtended):
 
   def _experimental_initialize_system(self):
     """Nothing to initialise: the devices are the host's."""
+
+  # A distributed dataset's iterator is one iterator per replica device
+  # (TensorFlow's multi-device iterator), each with tf.data's autotuning
+  # thread. Freeing such an iterator (when the garbage collector reaches
+  # it) waits, holding the GIL, for each of those threads to end its wait
+  # between optimizations, up to a minute each: with a TPU type's many
+  # replicas on the host, the program stops for minutes, with no CPU in
+  # use. The host TPU's datasets run without autotuning (their parallelism
+  # is what the program set, or the host's cores).
+  def _experimental_distribute_dataset(self, dataset, options):
+    return super()._experimental_distribute_dataset(
+        _without_autotuning(dataset), options)
+
+  def _distribute_datasets_from_function(self, dataset_fn, options):
+    return super()._distribute_datasets_from_function(
+        lambda context: _without_autotuning(dataset_fn(context)), options)
 
   def _in_multi_worker_mode(self) -> bool:
     return False
@@ -149,6 +203,12 @@ class HostTPUStrategy(tf_internals.TPUStrategyV2,
   def __repr__(self) -> str:
     return (f"<HostTPUStrategy {self.extended.tpu_type.name}: "
             f"{self.num_replicas_in_sync} replicas on the CPU>")
+
+
+def _without_autotuning(dataset):
+  options = tf.data.Options()
+  options.autotune.enabled = False
+  return dataset.with_options(options)
 
 
 def _ordinals(tpu_type: tpu_types.TPUType, assignment) -> List[int]:
