@@ -83,7 +83,6 @@ run_passes "$TF_VENV/bin/python" tests \
   --ignore=tests/kernels/test_kernel_builds.py \
   --ignore=tests/kernels/test_kernel_cache.py \
   --ignore=tests/strategies/test_mirrored.py \
-  --ignore=tests/compat/test_keras_rs_upstream.py \
   --ignore=tests/compat/test_keras_rs.py \
   --ignore=tests/tpu/test_host_tpu_programs.py \
   --deselect=tests/host/test_two_engines.py::test_the_combined_step_repeated_never_deadlocks \

@@ -48,9 +48,6 @@ os.environ["PYTHONWARNINGS"] = ",".join(
 # Reads TensorFlow's SparseCore internals at import (2.17 on).
 collect_ignore = ([] if tf_versions.at_least(tf_versions.STACKER_ADDED_IN)
                   else ["sparsecore/test_sparsecore_layout.py"])
-# keras-rs' own tests run in a process of their own, on a host TPU
-# (tests/compat/test_keras_rs_upstream.py), never in this one.
-collect_ignore.append("compat/keras_rs_upstream")
 
 
 # ci/passes.sh runs the suite twice: under Keras 3 and under tf_keras.

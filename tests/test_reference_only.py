@@ -163,14 +163,9 @@ def inline_expectations(source):
   return sorted(found)
 
 
-# keras-rs' own tests, kept as keras-rs released them (their README.md).
-UPSTREAM = TESTS / "compat" / "keras_rs_upstream"
-
-
 def test_no_test_module_computes_an_expectation_inline():
   flagged = [f"{path.relative_to(TESTS)}:{line}: {why}"
              for path in sorted(TESTS.rglob("*.py")) if path != REFERENCE
-             and UPSTREAM not in path.parents
              for line, why in inline_expectations(path.read_text())]
   assert not flagged, (
       "expected numbers come from tests/reference.py (a documented numpy "

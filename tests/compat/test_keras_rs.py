@@ -218,3 +218,76 @@ def test_keras_rs_trains_with_the_sparsecores_numbers(
   restored = _tables(again, strategy)
   for name in TABLES:
     np.testing.assert_array_equal(restored[name], tables[name])
+
+
+def _lookup_layer(strategy, features, inputs, weights, jit_compile=False):
+  """keras-rs' layer called in `strategy.run`, as keras-rs' own tests call
+  it; its activations and the layer."""
+  import keras_rs  # pylint: disable=g-import-not-at-top
+  with strategy.scope():
+    layer = keras_rs.layers.DistributedEmbedding(features)
+
+  @tf.function(jit_compile=jit_compile)
+  def call(ids, w):
+    return strategy.run(layer.__call__, args=(ids, w))
+
+  return call(inputs, weights), layer
+
+
+def test_a_shared_table_beside_a_default_device_table(strategies):
+  """What keras-rs' own tests check on a TPU (shared table, mixed
+  placement, a sqrtn combiner over weighted ragged ids): each feature's
+  activations are the reference's, from its own table's rows."""
+  import keras_rs  # pylint: disable=g-import-not-at-top
+  strategy = strategies[1]  # ragged inputs: one replica, as keras-rs' tests
+  shared = keras_rs.layers.TableConfig(
+      name="shared", vocabulary_size=12, embedding_dim=4, combiner="sqrtn",
+      placement="sparsecore",
+      initializer=keras.initializers.RandomUniform(-1, 1, seed=3))
+  own = keras_rs.layers.TableConfig(
+      name="own", vocabulary_size=6, embedding_dim=8,
+      placement="default_device",
+      initializer=keras.initializers.RandomUniform(-1, 1, seed=4))
+  rows = {"a": [[1, 2], [3], [4, 4, 5], [0]], "b": [[2], [6, 7], [8], []],
+          "c": [[1], [2], [3], [5]]}
+  weights = {"a": [[0.5, 2.0], [1.0], [1.0, 3.0, 0.25], [2.0]],
+             "b": [[1.5], [1.0, 0.5], [4.0], []]}
+  features = {
+      n: keras_rs.layers.FeatureConfig(
+          name=n, table=shared if n != "c" else own,
+          input_shape=(4, 3 if n != "c" else 1),
+          output_shape=(4, 4 if n != "c" else 8)) for n in rows}
+  inputs = {n: tf.ragged.constant(r, tf.int32) if n != "c"
+            else tf.constant(r, tf.int32) for n, r in rows.items()}
+  w = {n: tf.ragged.constant(weights[n], tf.float32) if n in weights
+       else tf.ones((4, 1), tf.float32) for n in rows}
+  activations, layer = _lookup_layer(strategy, features, inputs, w)
+  engine = layer._tpu_embedding  # pylint: disable=protected-access
+  shared_rows = table_stacking.to_unstacked(
+      engine._stacking,  # pylint: disable=protected-access
+      {n: v.numpy() for n, v in engine.embedding_tables.items()})["shared"]
+  with strategy.scope():
+    own_rows = np.asarray(layer.get_embedding_tables()["own"])
+  for name in ("a", "b"):
+    np.testing.assert_allclose(
+        np.asarray(activations[name]),
+        reference.combine(shared_rows, rows[name], "sqrtn", weights[name]),
+        rtol=1e-5, atol=1e-6, err_msg=name)
+  np.testing.assert_allclose(np.asarray(activations["c"]),
+                             own_rows[np.asarray(rows["c"])[:, 0]],
+                             rtol=1e-6)
+
+
+def test_jit_compile_is_refused_naming_the_remedy(strategies):
+  """keras-rs' jit cases, on the host engine: XLA cannot compile its
+  step, refused naming the remedy."""
+  import keras_rs  # pylint: disable=g-import-not-at-top
+  strategy = strategies[4]
+  table = keras_rs.layers.TableConfig(
+      name="t", vocabulary_size=8, embedding_dim=4, placement="sparsecore")
+  features = {"f": keras_rs.layers.FeatureConfig(
+      name="f", table=table, input_shape=(16, 1), output_shape=(16, 4))}
+  ids = tf.constant(np.arange(16).reshape(16, 1) % 8, tf.int32)
+  with pytest.raises(ValueError, match=r"XLA cannot compile.*"
+                     r"jit_compile=False"):
+    _lookup_layer(strategy, features, {"f": ids}, None, jit_compile=True)
