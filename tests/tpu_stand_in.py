@@ -23,7 +23,12 @@ EmbeddingFeature = tf.tpu.experimental.HardwareFeature.EmbeddingFeature
 
 
 class StandInTPUStrategy(tf.distribute.TPUStrategy):
-  """What a TPU slice of `num_hosts` hosts with `num_replicas` cores tells."""
+  """What a TPU slice of `num_hosts` hosts with `num_replicas` cores tells.
+
+  TensorFlow's constructor does not run: it connects to a TPU. The stand-in
+  sets only what the engines read at construction (its `extended` and
+  `num_replicas_in_sync`, as properties over what it keeps).
+  """
 
   def __init__(self, embedding_feature=EmbeddingFeature.V1, num_replicas=8,
                num_hosts=1, num_cores_per_replica=None):  # pylint: disable=super-init-not-called

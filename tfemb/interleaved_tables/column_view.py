@@ -57,6 +57,11 @@ class ColumnView(variable_view.VariableView, tf.Variable, core.Tensor):
   the elements they name, in place, by TensorFlow's element scatters on
   the storage. Its name, reads as a tensor or an array, `assign` and
   asynchronous checkpoint copy are a `VariableView`'s.
+
+  `tf.Variable.__init__` does not run: it would create a variable of its
+  own. The view keeps its storage and its columns instead, and answers
+  from them what `tf.Variable`'s methods read (shape, dtype, handle,
+  reads and writes).
   """
 
   def __init__(self, storage: tf.Variable, begin: int, dim: int, name: str,
