@@ -73,9 +73,11 @@ class TPUEmbedding(HostEmbedding, tf.tpu.experimental.embedding.TPUEmbedding):
 
   def _configure_tpu(self) -> None:
     """As the tables are created under a host TPUStrategy, the TPU's one
-    embedding engine is configured (a second refused until the TPU system
-    is initialized again), as TensorFlow's `build` does on a TPU."""
-    tpu_rules.check_build(self._core.strategy)
+    embedding engine is configured for every output shape (a second engine
+    refused until the TPU system is initialized again), as TensorFlow's
+    `build` does on a TPU."""
+    tpu_rules.check_build(self._core.strategy, self._core.config.paths,
+                          self._core.output_shapes)
 
   def __init__(self, feature_config: Any, optimizer: Optional[Any],
                pipeline_execution_with_tensor_core: bool = False):

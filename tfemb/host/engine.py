@@ -29,7 +29,6 @@ from tfemb import inputs
 from tfemb import optimizers
 from tfemb import resolution
 from tfemb import shapes
-from tfemb import tpu_strategies
 from tfemb.host import core
 from tfemb.host import feeding
 from tfemb.host import step
@@ -136,14 +135,12 @@ class HostEmbedding(core.Engine):
         incoming = [shapes.from_batch_size(batch, f) for f in features]
     if incoming is not None:
       self._core.fix_shapes(incoming)
-    # TF's TPU rule, for the shapes known so far. TF's TPU engine also
-    # refuses a plain `build()` before any shape is known, and so does a
-    # host TPU (a TPU strategy's engine); elsewhere, as in TensorFlow's
-    # serving class, the shapes then come from the first enqueue.
-    shapes.check_fully_defined(
-        config.paths, self._core.output_shapes,
-        known_rank_only=not tpu_strategies.is_tpu_strategy(
-            self._core.strategy))
+    # TF's TPU rule, for the shapes known so far (TF's TPU engine also
+    # refuses a plain `build()` before any shape is known, and so does
+    # `tfemb.TPUEmbedding` on a host TPU; elsewhere, as in TensorFlow's
+    # serving class, the shapes then come from the first enqueue).
+    shapes.check_fully_defined(config.paths, self._core.output_shapes,
+                               known_rank_only=True)
 
     def then(tables):
       self._variables = tables  # tracked, as TensorFlow's engine does

@@ -49,16 +49,20 @@ def deactivate() -> None:
     _embedding_configured[0] = False
 
 
+def check_embedding_engine_free() -> None:
+  """Refuses, as TensorFlow's `build` does, a second `TPUEmbedding` until
+  the TPU system is initialized again."""
+  if _embedding_configured[0]:
+    raise RuntimeError(
+        "TPU is already initialized for embeddings. This may be caused by "
+        "using multiple TPUEmbedding instances in a TPU scope which is "
+        "unsupported")
+
+
 def configure_embedding_engine() -> None:
-  """Claims the TPU's embedding engine for a `TPUEmbedding` being built,
-  as TensorFlow's `build` does, which refuses a second one until the TPU
-  system is initialized again."""
+  """Claims the TPU's embedding engine for a `TPUEmbedding` being built."""
   with _LOCK:
-    if _embedding_configured[0]:
-      raise RuntimeError(
-          "TPU is already initialized for embeddings. This may be caused by "
-          "using multiple TPUEmbedding instances in a TPU scope which is "
-          "unsupported")
+    check_embedding_engine_free()
     _embedding_configured[0] = True
 
 

@@ -13,8 +13,8 @@ For `TPUEmbedding` (embedding hardware V1), as TensorFlow 2.21's
 * inside `strategy.run`, its inputs must be the replica function's
   arguments, not computed from them (`_raise_error_for_non_direct_inputs`).
 
-And its `build` configures the TPU's one embedding engine
-(`tfemb.tpu.host.system.configure_embedding_engine`).
+And its `build` needs every output shape, and configures the TPU's one
+embedding engine (`tfemb.tpu.host.system.configure_embedding_engine`).
 
 Not emulated: TensorFlow's refusal of a batch fetched to the TPU's devices
 (`_raise_error_for_inputs_not_on_cpu`). The host TPU's replicas are the
@@ -22,11 +22,12 @@ host's own memory, and inside a `tf.function` a distributed dataset's batch
 does not say which device it was fetched to.
 """
 
-from typing import Any
+from typing import Any, Sequence
 
 import tensorflow as tf
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import shapes
 from tfemb.tpu.host import strategy as host_strategy
 from tfemb.tpu.host import system
 
@@ -36,9 +37,14 @@ def applies_to(strategy: Any) -> bool:
   return host_strategy.is_host_tpu_strategy(strategy)
 
 
-def check_build(strategy: Any) -> None:
-  """Before a `TPUEmbedding` under `strategy` builds its tables."""
+def check_build(strategy: Any, paths: Sequence[str],
+                output_shapes: Sequence[Any]) -> None:
+  """Before a `TPUEmbedding` under `strategy` builds its tables (its
+  features `paths` and their `output_shapes`): the TPU's embedding engine
+  free, every output shape known, then the engine configured."""
   if applies_to(strategy):
+    system.check_embedding_engine_free()
+    shapes.check_fully_defined(paths, output_shapes)
     system.configure_embedding_engine()
 
 
