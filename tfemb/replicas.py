@@ -12,7 +12,7 @@ global gradient and applies the same update to its own copy of the
 dense all-reduce.
 """
 
-from typing import Any, List, Tuple
+from typing import Any, List, Sequence, Tuple
 
 import tensorflow as tf
 from tensorflow.python.distribute import device_util  # pylint: disable=g-direct-tensorflow-import
@@ -94,6 +94,35 @@ def in_multi_replica_step() -> bool:
   return context is not None and context.num_replicas_in_sync > 1
 
 
+def once_for_all(fn, ids, grads, checks) -> Any:
+  """`fn(ids, grads, gates)` run once for a step of every replica (in the
+  cross-replica context, `merge_call`), its result returned to each:
+  `ids` and `grads` are this replica's (lists, by table), and `fn` gets
+  each entry as a tuple of every replica's, in the replicas' order, and
+  `gates`, one tensor per replica that waits for its `checks`."""
+  with tf.control_dependencies(checks):
+    gate = tf.constant(True)
+
+  def merged(strategy, all_ids, all_grads, all_gates):
+    local = strategy.experimental_local_results
+    return fn([local(t) for t in all_ids], [local(g) for g in all_grads],
+              list(local(all_gates)))
+
+  return tf.distribute.get_replica_context().merge_call(
+      merged, args=(list(ids), list(grads), gate))
+
+
+def sum_rows(ids: Sequence[tf.Tensor], grads: Sequence[tf.Tensor]
+             ) -> Tuple[tf.Tensor, tf.Tensor]:
+  """Rows of several replicas (`(distinct ids, row gradients)` each, in
+  the replicas' order) summed per id: the global ones."""
+  all_ids, all_grads = tf.concat(list(ids), 0), tf.concat(list(grads), 0)
+  unique_ids, idx = tf.unique(all_ids, out_idx=tf.int64)
+  summed = tf.math.unsorted_segment_sum(
+      all_grads, idx, tf.size(unique_ids, out_type=tf.int64))
+  return unique_ids, summed
+
+
 def sum_rows_across_replicas(ids: tf.Tensor,
                              grads: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
   """Every replica's `(distinct ids, row gradients)` -> the global ones.
@@ -110,9 +139,5 @@ def sum_rows_across_replicas(ids: tf.Tensor,
                                axis=0)
   all_grads = context.all_gather(tf.pad(grads, [[0, 1], [0, 0]]), axis=0)
   real = all_ids >= 0
-  all_ids = tf.boolean_mask(all_ids, real)
-  all_grads = tf.boolean_mask(all_grads, real)
-  unique_ids, idx = tf.unique(all_ids, out_idx=tf.int64)
-  summed = tf.math.unsorted_segment_sum(
-      all_grads, idx, tf.size(unique_ids, out_type=tf.int64))
-  return unique_ids, summed
+  return sum_rows([tf.boolean_mask(all_ids, real)],
+                  [tf.boolean_mask(all_grads, real)])

@@ -5,7 +5,8 @@ versions tested are those of tfemb/tf_versions.py).
 * object tracking: a variable created as a child of a trackable, with
   TensorFlow's restore-on-create (`add_variable_with_custom_getter`,
   `mark_restored`, `preload_simple_restoration`, `deferred_dependencies`);
-* distribution: a strategy's variable partitioner, a mirrored variable's
+* distribution: a variable made past a strategy's creators, a strategy's
+  variable partitioner, a mirrored variable's
   local copy;
 * tensor conversion of tfemb's variable-like classes (TensorFlow's
   `_dense_var_to_tensor` protocol, its operator overloads, `_unique_id`);
@@ -20,6 +21,7 @@ import contextlib
 from typing import Any, Dict
 
 from tensorflow.core.framework import attr_value_pb2
+from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
 
 # pylint: disable=protected-access
 
@@ -86,6 +88,17 @@ def variable_partitioner(strategy, partitioner):
 def local_copy(mirrored):
   """A mirrored variable's copy on the current device, else its first."""
   return mirrored._get_on_device_or_primary()
+
+
+# The host's own CPU, beside the replicas' logical devices.
+HOST_CPU = "/job:localhost/replica:0/task:0/device:CPU:0"
+
+
+def plain_variable(**kwargs):
+  """A resource variable made from a variable creator's arguments without
+  the creators below (a strategy's among them): one variable where it is
+  made. (`tf.Variable` would call the creators again.)"""
+  return resource_variable_ops.ResourceVariable(**kwargs)
 
 
 # --- tensor conversion --------------------------------------------------------

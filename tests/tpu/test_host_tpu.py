@@ -270,7 +270,10 @@ def test_replicas_train_as_one_on_the_global_batch(tpu, case):
     assert len(stacked.values) == 4  # one shard per chip, as on a TPU
     got = _unstacked(got, vocab, dim, tpu)
   else:
-    got = embedding.embedding_tables[table].numpy()
+    variable = embedding.embedding_tables[table]
+    # One copy for every replica, as a TPU's embedding memory.
+    assert len(tpu.experimental_local_results(variable)) == 1
+    got = variable.numpy()
   np.testing.assert_allclose(got, expected.w, rtol=2e-5, atol=2e-6)
 
 

@@ -305,4 +305,4 @@ class EngineCore:
     step_guards.refuse_xla("An embedding update")
     step_guards.check_strategy(self.strategy, "The embedding engine")
     step.apply(self.layout.step_config, batch, flat_grads, self.policy, more,
-               loss_scaled)
+               loss_scaled, one_copy=self.store.one_copy)

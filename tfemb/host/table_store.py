@@ -8,6 +8,12 @@ checkpoints move between them. It initializes big tables in blocks of rows
 one variable where the fused kernels train it (`tfemb.interleaved_tables`),
 shards tables over parameter servers when asked, and refuses checkpoints of
 another configuration (`tfemb.checkpoint_refusals`).
+
+Under a host TPUStrategy (`tfemb.patch(tpu=TYPE)`: for the host engine,
+any TPU strategy is one) a table is one variable on the host, not a copy
+per replica: as a TPU's embedding memory serves every core, the replicas
+look their batches up in it and one update per step writes the global
+batch's gradient (`one_copy`, `tfemb.host.step`).
 """
 
 import contextlib
@@ -20,8 +26,9 @@ from tfemb import checkpoint_refusals
 from tfemb import initialization
 from tfemb import interleaved_tables
 from tfemb import optimizers
-from tfemb.kernels import fused_ops
 from tfemb import tf_internals
+from tfemb import tpu_strategies
+from tfemb.kernels import fused_ops
 
 TableVariables = Dict[str, tf.Variable]  # {"parameters": .., slot: ..}
 
@@ -73,6 +80,30 @@ class TableStore:
     """True under ParameterServerStrategy (tables may be sharded)."""
     return tf_internals.is_parameter_server_strategy(self._strategy)
 
+  @property
+  def one_copy(self) -> bool:
+    """True where every replica shares one variable per table (a host
+    TPU's), which one update per step writes; else each replica of a
+    mirrored strategy has its copy."""
+    return tpu_strategies.is_tpu_strategy(self._strategy)
+
+  @contextlib.contextmanager
+  def _copies(self):
+    """Variables as the strategy makes them, or with `one_copy` a plain
+    variable on the host, made past the strategy's own creator (which
+    would mirror it on every replica's device)."""
+    if not self.one_copy:
+      yield
+      return
+
+    def one_variable(next_creator, **kwargs):
+      del next_creator
+      return tf_internals.plain_variable(**kwargs)
+
+    with tf.variable_creator_scope(one_variable), tf.device(
+        tf_internals.HOST_CPU):
+      yield
+
   @contextlib.contextmanager
   def _partitioning(self):
     """The strategy's variable partitioner, or `partitioner`."""
@@ -84,7 +115,8 @@ class TableStore:
 
   def create(self, owner) -> Dict[str, TableVariables]:
     """Every table's variables, as children of the trackable `owner`."""
-    with tf.init_scope(), self._strategy.scope(), self._partitioning():
+    with tf.init_scope(), self._strategy.scope(), self._partitioning(), (
+        self._copies()):
       return {t.name: self._create(owner, t) for t in self._tables}
 
   def _advise_huge_pages(self, variable):

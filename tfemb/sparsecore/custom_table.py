@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from tfemb import optimizers
 from tfemb import validation
-from tfemb.host import step
+from tfemb.host import commit
 from tfemb.host import table_paths
 from tfemb.host.paths import Pending
 from tfemb.host.paths import TablePath
@@ -60,7 +60,7 @@ class CustomTable(TablePath):
     del batch, global_batch, staged  # the rows are read again, under the lock
     names = optimizers.slot_names(self.table.optimizer)
     computed = []
-    created = step.created_by(
+    created = commit.created_by(
         lambda: computed.extend(self._compute(names, ids, grads, lr)))
     finite = tf.reduce_all([validation.all_finite(v) for v in computed])
     with tf.control_dependencies(created):
