@@ -115,7 +115,9 @@ class FunctionHook:
   function to call with its arguments (None: its own code).
 
   `fn` must be a plain Python function without a closure. Its signature,
-  defaults, name and docstring stay as they are.
+  defaults, name and docstring stay as they are. While installed,
+  `original` is a copy of `fn` with its own code, for a route's function
+  to call.
   """
 
   def __init__(self, fn: types.FunctionType, route: Route):
@@ -126,6 +128,7 @@ class FunctionHook:
     self._route = route
     self._key = f"{fn.__module__}.{fn.__qualname__}"
     self._saved_code = None
+    self.original = None
 
   @property
   def installed(self) -> bool:
@@ -143,13 +146,14 @@ class FunctionHook:
         raise RuntimeError(f"{self._key} is hooked already.")
       _FUNCTIONS[self._key] = (original, self._route)
     self._saved_code = fn.__code__
+    self.original = original
     fn.__code__ = _trampoline(fn, self._key)
 
   def remove(self) -> None:
     if not self.installed:
       return
     self.fn.__code__ = self._saved_code
-    self._saved_code = None
+    self._saved_code = self.original = None
     with _LOCK:
       del _FUNCTIONS[self._key]
 

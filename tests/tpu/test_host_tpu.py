@@ -16,6 +16,7 @@ import helpers
 import reference
 import tfemb
 # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.data.ops import multi_device_iterator_ops
 from tensorflow.python.distribute import tpu_strategy
 from tensorflow.python.distribute.cluster_resolver.tpu import tpu_cluster_resolver as tf_resolver_lib
 from tensorflow.python.eager import remote
@@ -350,6 +351,14 @@ def test_the_host_tpus_datasets_run_without_autotuning(tpu):
         np.concatenate([v.numpy() for v in
                         tpu.experimental_local_results(batch)]),
         np.arange(8))
+  # And each replica device's dataset of any multi-device iterator (its
+  # TensorFlow attributes: what it builds its devices' datasets from).
+  devices = tpu.extended.worker_devices
+  iterator = multi_device_iterator_ops.MultiDeviceIterator(data, devices)
+  per_device = multi_device_iterator_ops._create_device_dataset(  # pylint: disable=protected-access
+      iterator._prototype_device_datasets[0], iterator._incarnation_id, 1,  # pylint: disable=protected-access
+      False)
+  assert per_device.options().autotune.enabled is False
 
 
 @pytest.mark.parametrize("tpu", ["v5p-8"], indirect=True)

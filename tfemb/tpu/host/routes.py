@@ -13,6 +13,7 @@ changes, and what is not a host TPU's goes to TensorFlow's own code:
 | `initialize_tpu_system_impl`, `shutdown_tpu_system_impl` (every `initialize_tpu_system` / `shutdown_tpu_system`, `TPUClusterResolver.connect`) | the same |
 | `tf.config.experimental_connect_to_cluster` | it is given such a resolver |
 | `tf.config.list_logical_devices`, `list_physical_devices`, `tf.device` | it is asked for a TPU device: refused, the replicas are CPU devices |
+| a multi-device iterator's per-device dataset | a type is emulated: without tf.data's autotuning (`tfemb.tpu.host.strategy`) |
 """
 
 from typing import List, Union
@@ -52,6 +53,22 @@ def _connect(cluster_spec_or_resolver=None, *args, **kwargs):
   return None
 
 
+def _device_datasets() -> object_hooks.FunctionHook:
+  """Each replica device's dataset of a distributed dataset's iterator,
+  without autotuning while a type is emulated."""
+  hook = None
+
+  def without_autotuning(*args, **kwargs):
+    return host_strategy.without_autotuning(hook.original(*args, **kwargs))
+
+  def route(*args, **kwargs):
+    del args, kwargs
+    return without_autotuning if system.active_type() else None
+
+  hook = object_hooks.FunctionHook(tf_internals.create_device_dataset, route)
+  return hook
+
+
 def hooks() -> List[Hook]:
   """The hooks, not installed: `tfemb.patching` installs them while a TPU
   type is emulated."""
@@ -77,4 +94,5 @@ def hooks() -> List[Hook]:
           system.refuse_tpu_device_type("list_physical_devices")),
       object_hooks.FunctionHook(tf_internals.device_v2,
                                 system.refuse_tpu_device),
+      _device_datasets(),
   ]

@@ -142,21 +142,22 @@ class HostTPUExtended(tf_internals.MirroredExtended):
   def _experimental_initialize_system(self):
     """Nothing to initialise: the devices are the host's."""
 
-  # A distributed dataset's iterator is one iterator per replica device
-  # (TensorFlow's multi-device iterator), each with tf.data's autotuning
-  # thread. Freeing such an iterator (when the garbage collector reaches
-  # it) waits, holding the GIL, for each of those threads to end its wait
-  # between optimizations, up to a minute each: with a TPU type's many
-  # replicas on the host, the program stops for minutes, with no CPU in
-  # use. The host TPU's datasets run without autotuning (their parallelism
-  # is what the program set, or the host's cores).
+  # A distributed dataset's iterator is an iterator of the dataset and one
+  # per replica device (TensorFlow's multi-device iterator), each with
+  # tf.data's autotuning thread. Freeing such an iterator (when the
+  # garbage collector reaches it) waits, holding the GIL, for each of those
+  # threads to end its wait between optimizations, up to a minute each:
+  # with a TPU type's many replicas on the host, the program stops for
+  # minutes, with no CPU in use. The host TPU's datasets, and the per-device
+  # ones (`tfemb.tpu.host.routes`), run without autotuning (their
+  # parallelism is what the program set, or the host's cores).
   def _experimental_distribute_dataset(self, dataset, options):
     return super()._experimental_distribute_dataset(
-        _without_autotuning(dataset), options)
+        without_autotuning(dataset), options)
 
   def _distribute_datasets_from_function(self, dataset_fn, options):
     return super()._distribute_datasets_from_function(
-        lambda context: _without_autotuning(dataset_fn(context)), options)
+        lambda context: without_autotuning(dataset_fn(context)), options)
 
   def _in_multi_worker_mode(self) -> bool:
     return False
@@ -205,7 +206,7 @@ class HostTPUStrategy(tf_internals.TPUStrategyV2,
             f"{self.num_replicas_in_sync} replicas on the CPU>")
 
 
-def _without_autotuning(dataset):
+def without_autotuning(dataset):
   options = tf.data.Options()
   options.autotune.enabled = False
   return dataset.with_options(options)

@@ -8,7 +8,8 @@ release moves one, this module is what changes.
   object (`tfemb.tpu.host.routes`): the resolver class, the functions every
   `initialize_tpu_system` / `shutdown_tpu_system` path calls (the public
   ones, `TPUClusterResolver.connect`, `tpu_strategy_util`'s), the strategy
-  classes, and the public device functions (a TPU device is refused);
+  classes, the public device functions (a TPU device is refused), and
+  the per-device datasets of a multi-device iterator;
 * what a host resolver and strategy build on: the TPU system metadata, a
   device's attributes, `MirroredExtended`, `Strategy.__init__`;
 * whether TensorFlow has set up its devices (the CPU can be split into
@@ -19,6 +20,7 @@ from typing import Any, Callable
 
 # pylint: disable=g-direct-tensorflow-import,protected-access
 from tensorflow.python.client import session as session_lib
+from tensorflow.python.data.ops import multi_device_iterator_ops
 from tensorflow.python.distribute import distribute_lib
 from tensorflow.python.distribute import mirrored_strategy
 from tensorflow.python.distribute import tpu_strategy
@@ -49,6 +51,10 @@ connect_to_cluster = remote.connect_to_cluster
 list_logical_devices = config.list_logical_devices
 list_physical_devices = config.list_physical_devices
 device_v2 = ops.device_v2
+
+# What every multi-device iterator (a distributed dataset's, one iterator per
+# replica device) builds each device's dataset with.
+create_device_dataset = multi_device_iterator_ops._create_device_dataset
 
 # --- what the host's resolver and strategy build on -------------------------
 
