@@ -50,14 +50,18 @@ def assertion(condition, message) -> List[tf.Operation]:
   return [tf.raw_ops.Assert(condition=condition, data=[message])]
 
 
-def size_as_run(ids) -> tf.Tensor:
-  """The number of `ids` (integers) as the batch runs. In a tf.function,
-  Grappler's shape inference ties the size of a tensor to the shape later
-  ops require of it (the reshape of its rows to the activations' static
-  shape), then folds `tf.size` to that number, the check to True, and the
-  reshape away: a wrong batch would pass unseen. The number of positions
-  where `ids == ids` (all of them) is the size of a `tf.where`, which it
-  cannot fold."""
+def size_as_run(ids):
+  """The number of `ids` (integers) as the batch runs: a number where their
+  static shape says it (a tensor of that shape holds as many), else a
+  tensor. In a tf.function, Grappler's shape inference ties the size of a
+  tensor of unknown shape to the shape later ops require of it (the
+  reshape of its rows to the activations' static shape), then folds
+  `tf.size` to that number, the check to True, and the reshape away: a
+  wrong batch would pass unseen. The number of positions where
+  `ids == ids` (all of them) is the size of a `tf.where`, which it cannot
+  fold."""
+  if ids.shape.is_fully_defined():
+    return ids.shape.num_elements()
   return tf.shape(tf.where(tf.equal(ids, ids)), tf.int64)[0]
 
 

@@ -23,6 +23,7 @@ from tfemb import checkpoint_refusals
 from tfemb import options as options_lib
 from tfemb import resolution
 from tfemb import shapes
+from tfemb.host import global_batch
 from tfemb.host import non_finite
 from tfemb.host import step
 from tfemb.host import table_paths
@@ -281,15 +282,23 @@ class EngineCore:
     return shapes.fix(self.config.paths, self.output_shapes, incoming)
 
   def gather(self, feature_ids: Sequence[int], lookups) -> step.Batch:
-    """The batch's lookups of `feature_ids`, each table's ids once."""
+    """The batch's lookups of `feature_ids`, each table's ids once: where
+    the replicas share one copy of the tables, this replica's `Share` of
+    the global batch, looked up once (`tfemb.host.global_batch`)."""
     step_guards.refuse_xla("An embedding lookup")
     step_guards.check_strategy(self.strategy, "The embedding engine")
+    if self.store.one_copy and global_batch.applies():
+      return global_batch.gather(self.layout.step_config, self.paths,
+                                 feature_ids, lookups)
     return step.gather(self.layout.step_config, self.paths, feature_ids,
                        lookups)
 
   def activations(self, batch: step.Batch, feature_ids: Sequence[int],
                   static_shapes=None) -> List[Any]:
     """The flat activations of `feature_ids` (`step.activations`)."""
+    if isinstance(batch, global_batch.Share):
+      return global_batch.activations(self.layout.step_config, batch,
+                                      feature_ids, static_shapes)
     return step.activations(self.layout.step_config, batch, feature_ids,
                             static_shapes)
 
@@ -304,5 +313,9 @@ class EngineCore:
     (`step.apply`)."""
     step_guards.refuse_xla("An embedding update")
     step_guards.check_strategy(self.strategy, "The embedding engine")
+    if isinstance(batch, global_batch.Share):
+      global_batch.apply(self.layout.step_config, batch, flat_grads,
+                         self.policy, more, loss_scaled)
+      return
     step.apply(self.layout.step_config, batch, flat_grads, self.policy, more,
                loss_scaled, one_copy=self.store.one_copy)
