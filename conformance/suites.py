@@ -30,6 +30,9 @@ class Suite:
 
 
 _TPU_TESTS = "tensorflow/python/tpu/tests"
+_SPARSECORE_TESTS = ("tensorflow/python/tpu/tpu_embedding_v3_test.py",
+                     "tensorflow/python/tpu/tpu_embedding_v3_additional_test.py",
+                     "tensorflow/python/tpu/tpu_embedding_v3_checkpoint_test.py")
 # keras-rs looks for a TPU where TPU_NAME is set, with the TensorFlow
 # backend.
 _KERAS_RS_ON_TPU = (("TPU_NAME", "local"), ("KERAS_BACKEND", "tensorflow"),
@@ -43,11 +46,12 @@ SUITES: Dict[str, Suite] = {s.name: s for s in (
     Suite("tensorflow-v1", "tensorflow", "v5litepod-8",
           (f"{_TPU_TESTS}/tpu_embedding_v1_*_test.py",),
           what="TPUEmbeddingV0 (no embedding hardware)"),
-    Suite("tensorflow-v3", "tensorflow", "v5p-8",
-          ("tensorflow/python/tpu/tpu_embedding_v3_test.py",
-           "tensorflow/python/tpu/tpu_embedding_v3_additional_test.py",
-           "tensorflow/python/tpu/tpu_embedding_v3_checkpoint_test.py"),
+    Suite("tensorflow-v3", "tensorflow", "v5p-8", _SPARSECORE_TESTS,
           what="TPUEmbeddingV2 (SparseCore)"),
+    # The same on one chip: several of them hand a replica's batch to
+    # TensorFlow's serving class, which takes one replica's only.
+    Suite("tensorflow-v3-one-chip", "tensorflow", "v6e-1", _SPARSECORE_TESTS,
+          what="TPUEmbeddingV2 (SparseCore), one chip"),
     Suite("tensorflow-initialization", "tensorflow", "v3-8",
           (f"{_TPU_TESTS}/tpu_initialization_test.py",),
           what="the TPU system's initialization"),

@@ -75,12 +75,31 @@ def _off_the_tpu(ours: Any):
   return route
 
 
-def _engine_hooks() -> List[object_hooks.ClassHook]:
-  """A hook per class routed: TensorFlow's engines, tfrs' layer."""
+def _sparse_core_stats(cls, *args, **kwargs):
+  del cls  # TensorFlow's class
+  return TPUEmbeddingV2.compute_sparse_core_stats(*args, **kwargs)
+
+
+def _sparse_core_stats_route(*args, **kwargs):
+  """`TPUEmbeddingV2.compute_sparse_core_stats` (TensorFlow's classmethod,
+  whose op runs on a TPU's host only): tfemb's, on the CPU, while a TPU
+  type is emulated."""
+  del args, kwargs
+  return _sparse_core_stats if host_system.active_type() else None
+
+
+def _engine_hooks() -> List[Any]:
+  """A hook per object routed: TensorFlow's engine classes and their
+  SparseCore statistics, tfrs' layer."""
   # The Keras layer on first use: `import tfemb` does not load Keras.
   import tfemb.layers  # pylint: disable=g-import-not-at-top
   hooks = [object_hooks.ClassHook(cls, _off_the_tpu(_ENGINES[name]))
            for name, cls in delegate.TENSORFLOW_ENGINES.items()]
+  stats = vars(delegate.TENSORFLOW_ENGINES["TPUEmbeddingV2"]).get(
+      "compute_sparse_core_stats")
+  if stats is not None:  # TensorFlow 2.18 on
+    hooks.append(object_hooks.FunctionHook(stats.__func__,
+                                           _sparse_core_stats_route))
   layer = _tfrs_layer()
   if layer is not None:
     hooks.append(object_hooks.ClassHook(

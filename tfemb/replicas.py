@@ -20,6 +20,8 @@ from tensorflow.python.distribute import distribute_utils  # pylint: disable=g-d
 from tensorflow.python.distribute import values as values_lib  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.distribute import values_util  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import tpu_strategies
+
 
 def is_distributed(structure: Any) -> bool:
   """True if `structure` holds per-replica values (a distributed batch)."""
@@ -43,6 +45,20 @@ def index_of_device(device: str, strategy) -> int:
   raise ValueError(f"enqueue(device={device!r}): no replica of this worker "
                    f"runs on that device; its replicas' devices are "
                    f"{devices}.")
+
+
+def is_tpu_device(device: str, strategy) -> bool:
+  """Whether `device` is a TPU core's: a TPU device, or under a host TPU
+  strategy (for the host engine, any TPU strategy) one of its replicas'
+  devices, which stand for the cores."""
+  spec = tf.DeviceSpec.from_string(device)
+  if spec.device_type == "TPU":
+    return True
+  if not tpu_strategies.is_tpu_strategy(strategy):
+    return False
+  wanted = device_util.canonicalize(device)
+  return any(device_util.canonicalize(d) == wanted
+             for d in local_devices(strategy))
 
 
 def split(structure: Any, strategy) -> List[Any]:

@@ -18,6 +18,7 @@ from tensorflow.python.tpu import tpu_embedding_v3_utils  # pylint: disable=g-di
 from tensorflow.python.trackable import data_structures
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import replicas
 from tfemb import resolution
 from tfemb.host import core
 from tfemb.host import step_guards
@@ -118,6 +119,7 @@ class TPUEmbeddingV2(core.Engine,
   # The core's: the stacking, the stacked views by stacked table, and the
   # tables' own variables by table.
   _stacking = property(lambda self: self._layout.stacking)
+  _num_sc_per_chip = property(lambda self: self._stacking.num_sc_per_chip)
   _variables = property(lambda self: self._layout.views)
   _tables = property(lambda self: self._core.tables)
 
@@ -186,8 +188,8 @@ class TPUEmbeddingV2(core.Engine,
   def enqueue(self, features: Any, weights: Optional[Any] = None,
               device: Optional[str] = None) -> Preserved:
     """Checks and deduplicates a batch; returns what `dequeue` takes."""
-    if device is not None and tf.DeviceSpec.from_string(
-        device).device_type != "TPU":
+    if device is not None and not replicas.is_tpu_device(device,
+                                                        self._core.strategy):
       raise ValueError("Non-TPU device {} passed to enqueue.".format(device))
     step_guards.refuse_xla("TPUEmbeddingV2's lookup")
     # One host: every replica's batch is looked up where it runs.
@@ -222,6 +224,12 @@ class TPUEmbeddingV2(core.Engine,
     preserved = Preserved(partitioned_tensors.owner, partitioned_tensors.kept,
                           batch, partitioned_tensors, rows, applied=[])
     return nest.pack_sequence_as(config.structure, flat), preserved
+
+  def _copy_tensors_to_device(self, partitioned_tensors: Preserved):
+    """What `apply_gradients` takes of an enqueued batch, without its
+    activations (TensorFlow's step from `enqueue` to the update, which its
+    tests call)."""
+    return self.dequeue(partitioned_tensors)[1]
 
   @_no_autograph
   def apply_gradients(self, gradients: Any, preserved_outputs: Preserved):

@@ -18,6 +18,7 @@ table's column views is `tfemb.variable_view.VariableView`.
 from typing import Any, List, Sequence, Tuple
 
 import tensorflow as tf
+from tensorflow.python.distribute import device_util  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.trackable import base as trackable
 from tensorflow.python.training.saving import saveable_object  # pylint: disable=g-direct-tensorflow-import
 
@@ -36,18 +37,19 @@ class StackedVariable(variable_view.VariableView, trackable.Trackable):
   indexing) gathers the blocks into one tensor; `assign` writes each
   table's blocks into its variable. Under a `MirroredStrategy`, `values`
   are the stacked variables of each replica's copies; with `chips` (under
-  a TPU strategy, a host one here) they are the `chips` shards of rows
-  each chip holds, as TensorFlow's sharded variable gives them.
+  a TPU strategy, a host one here: each chip's device) they are the
+  shards of rows each chip holds, as TensorFlow's sharded variable gives
+  them, and `read_from_device` reads a chip's.
   """
 
   def __init__(self, name: str, tables: Sequence[Any],
                rows_per_shard: Sequence[int], num_shards: int,
-               chips: int = 0):
+               chips: Sequence[str] = ()):
     self._view_name = name
     self._tables = list(tables)
     self._rows = list(rows_per_shard)
     self._shards = num_shards
-    self._chips = chips
+    self._chips = tuple(chips)
     inner = self._tables[0].shape[1:]
     self._shape = tf.TensorShape([num_shards * sum(self._rows)]).concatenate(
         inner)
@@ -86,11 +88,21 @@ class StackedVariable(variable_view.VariableView, trackable.Trackable):
     """One `StackedVariable` per copy of its tables' (mirrored) variables,
     or with `chips`, each chip's `ChipShard`."""
     if self._chips:
-      return tuple(ChipShard(self, chip, self._chips)
-                   for chip in range(self._chips))
+      return tuple(ChipShard(self, chip, len(self._chips))
+                   for chip in range(len(self._chips)))
     copies = [replicas.copies(t) for t in self._tables]
     return tuple(StackedVariable(self._view_name, tables, self._rows,
                                  self._shards) for tables in zip(*copies))
+
+  def read_from_device(self, device: str) -> tf.Tensor:
+    """The rows the chip on `device` holds (TensorFlow's sharded
+    variable's read of one device's shard)."""
+    wanted = device_util.canonicalize(device)
+    for chip, name in enumerate(self._chips):
+      if device_util.canonicalize(name) == wanted:
+        return self.values[chip].read_value()
+    raise ValueError(f"{self.name}: no chip of its TPU is on {device}; its "
+                     f"chips' devices are {list(self._chips)}.")
 
   def __repr__(self):
     return (f"<tfemb StackedVariable '{self.name}' shape={self.shape} "

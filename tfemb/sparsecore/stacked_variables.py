@@ -72,9 +72,10 @@ def create(owner, holder, stacking, store, stacked_tables, trained):
   stacked = {}
   n = stacking.num_sparse_cores
   # Under a TPU's strategy (a host one here), a stacked variable's `values`
-  # are its chips' shards, as TensorFlow's sharded variable gives them.
-  chips = (stacking.num_partitions
-           if tpu_strategies.is_tpu_strategy(store.strategy) else 0)
+  # are its chips' shards, as TensorFlow's sharded variable gives them:
+  # one per replica's device.
+  chips = (tuple(store.strategy.extended.worker_devices)
+           if tpu_strategies.is_tpu_strategy(store.strategy) else ())
   for config in stacked_tables:
     names = stacking.stacked_tables[config.name].table_names
     rows = rows_per_shard(stacking, config.name)

@@ -25,6 +25,7 @@ import threading
 import weakref
 from typing import Any, FrozenSet, List, NamedTuple, Optional
 
+import numpy as np
 import tensorflow as tf
 
 from tfemb.tpu.host import devices as host_devices
@@ -103,6 +104,12 @@ class HostTPUExtended(tf_internals.MirroredExtended):
   @property
   def num_hosts(self) -> int:
     return self._tpu_type.num_hosts
+
+  @property
+  def _tpu_devices(self):
+    """`TPUExtended`'s replicas x their cores' devices (one core each here),
+    which TensorFlow's SparseCore utilities read."""
+    return np.array([[d] for d in self.worker_devices], dtype=object)
 
   @property
   def num_replicas_per_host(self) -> int:
