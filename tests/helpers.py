@@ -3,6 +3,7 @@ as the suite runs it, the one table of
 optimizers, Python lists of ids -> TensorFlow inputs, `CustomOptimizer`
 computations, and how errors name features and tables."""
 
+import contextlib
 import json
 import os
 import pathlib
@@ -184,3 +185,17 @@ def assert_names(message, feature=None, table=None):
   else:
     return
   assert re.search(name, message), (name, message)
+
+
+@contextlib.contextmanager
+def host_tpu(tpu_type):
+  """`tfemb.patch(tpu=tpu_type)` and the setup a TPU program makes, as
+  Cloud TPU's guide makes it: yields the TPU strategy and its resolver."""
+  patch = tfemb.patch(tpu=tpu_type)
+  try:
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    yield tf.distribute.TPUStrategy(resolver), resolver
+  finally:
+    patch.undo()

@@ -42,16 +42,10 @@ DOCUMENTED = {
 
 @pytest.fixture(name="tpu")
 def fixture_tpu(request):
-  """`tfemb.patch(tpu=...)` for the test's type; the strategy a TPU
-  program makes, as Cloud TPU's guide makes it."""
-  patch = tfemb.patch(tpu=request.param)
-  try:
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
-    tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
-    yield tf.distribute.TPUStrategy(resolver)
-  finally:
-    patch.undo()
+  """The strategy a TPU program makes under `tfemb.patch(tpu=...)` for the
+  test's type."""
+  with helpers.host_tpu(request.param) as (strategy, _):
+    yield strategy
 
 
 def test_the_documented_types():

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import helpers
 import reference
-import tfemb
 
 API = tf.tpu.experimental.embedding
 VOCAB, DIM, PER_REPLICA, REPLICAS = 8, 2, 2, 4
@@ -19,14 +19,8 @@ INIT = np.arange(VOCAB * DIM, dtype=np.float32).reshape(VOCAB, DIM) / 10
 
 @pytest.fixture(name="tpu")
 def fixture_tpu():
-  patch = tfemb.patch(tpu="v4-8")
-  try:
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
-    tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
-    yield tf.distribute.TPUStrategy(resolver), resolver
-  finally:
-    patch.undo()
+  with helpers.host_tpu("v4-8") as setup:
+    yield setup
 
 
 def _engine(strategy, build=True):

@@ -249,11 +249,12 @@ class TPUEmbeddingV2(core.Engine,
           "apply_gradients called on unbuilt TPUEmbeddingV2 object. Please"
           " either call the embedding lookup method first or manually call the"
           " build method.")
+    if isinstance(preserved_outputs, Preserved):  # a copy, or another's
+      preserved_outputs.check_owner(self, "preserved_outputs")
     if (not isinstance(preserved_outputs, Preserved) or
         preserved_outputs.applied is None):
       raise ValueError("preserved_outputs must be the second output of the "
                        "embedding lookup (or dequeue) of this batch.")
-    preserved_outputs.check_owner(self, "preserved_outputs")
     if preserved_outputs.applied:
       raise RuntimeError("apply_gradients was already called for this batch.")
     flat = self._core.check_gradients(gradients)
