@@ -97,7 +97,8 @@ class TPUEmbedding(HostEmbedding, tf.tpu.experimental.embedding.TPUEmbedding):
     (with `device`, the next `dequeue` of the replica on that device).
     """
     del name
-    tpu_rules.check_enqueue(self._core.strategy, features)
+    tpu_rules.check_enqueue(self._core.strategy, features,
+                            self._core.config.paths)
     self._protocol.enqueue(features, weights, training, device)
 
   @_no_autograph

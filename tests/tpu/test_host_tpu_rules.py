@@ -34,13 +34,14 @@ def _engine(strategy, build=True):
   return embedding
 
 
-def _ids(strategy):
+def _ids(strategy, fetch_to_device=False):
   ids = np.arange(REPLICAS * PER_REPLICA) % VOCAB
   data = tf.data.Dataset.from_tensor_slices(
-      {"f": ids.astype(np.int32)}).batch(REPLICAS * PER_REPLICA)
-  return ids, iter(strategy.experimental_distribute_dataset(
-      data, tf.distribute.InputOptions(
-          experimental_fetch_to_device=False)))
+      {"f": ids.astype(np.int32)}).batch(REPLICAS * PER_REPLICA,
+                                         drop_remainder=True)
+  options = (None if fetch_to_device else tf.distribute.InputOptions(
+      experimental_fetch_to_device=False))
+  return ids, iter(strategy.experimental_distribute_dataset(data, options))
 
 
 def _table(embedding):
@@ -94,6 +95,50 @@ def test_what_a_tpu_refuses_in_an_enqueue_is_refused(tpu, how, error, match):
                       transform=(lambda f: f * 1) if how == "computed"
                       else None, nested=how == "nested")
   np.testing.assert_array_equal(_table(embedding), INIT)
+
+
+ON_A_TPU_DEVICE = (r"Received input tensor f which is on a TPU input device "
+                   r"/job:localhost/replica:0/task:0/device:CPU:\d\. Input "
+                   r"tensors for TPU embeddings must be placed on the CPU\.")
+
+
+@pytest.mark.parametrize("where", ["outside", "inside", "eager"])
+def test_a_batch_fetched_to_the_tpus_devices_is_refused(tpu, where):
+  """A distributed dataset fetches to the replicas' devices (the TPU's)
+  unless told not to: TensorFlow's enqueue refuses such a batch, outside
+  `strategy.run` or inside it, and so does the host TPU."""
+  strategy, _ = tpu
+  embedding = _engine(strategy)
+  _, batches = _ids(strategy, fetch_to_device=True)
+
+  def step():
+    if where == "inside":
+      strategy.run(lambda f: embedding.enqueue(f, training=True),
+                   args=(next(batches),))
+    else:
+      embedding.enqueue(next(batches), training=True)
+
+  with pytest.raises(ValueError, match=ON_A_TPU_DEVICE):
+    step() if where == "eager" else tf.function(step)()
+  np.testing.assert_array_equal(_table(embedding), INIT)
+
+
+def test_the_same_batch_kept_on_the_host_trains(tpu):
+  strategy, _ = tpu
+  embedding = _engine(strategy)
+  ids, batches = _ids(strategy, fetch_to_device=False)
+
+  @tf.function
+  def step():
+    embedding.enqueue(next(batches), training=True)
+    strategy.run(lambda: embedding.apply_gradients(
+        {"f": tf.ones_like(embedding.dequeue()["f"])}))
+
+  step()
+  want = reference.Table(INIT, "sgd", {})
+  want.apply(reference.row_gradients(zip(ids, np.ones((len(ids), DIM)))),
+             0.5)
+  np.testing.assert_allclose(_table(embedding), want.w, rtol=1e-6)
 
 
 def test_one_tpu_embedding_configures_the_tpu_until_it_is_initialized(tpu):

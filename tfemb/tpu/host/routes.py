@@ -14,6 +14,7 @@ changes, and what is not a host TPU's goes to TensorFlow's own code:
 | `tf.config.experimental_connect_to_cluster` | it is given such a resolver |
 | `tf.config.list_logical_devices`, `list_physical_devices`, `tf.device` | it is asked for a TPU device: refused, the replicas are CPU devices |
 | a multi-device iterator's per-device dataset | a type is emulated: without tf.data's autotuning (`tfemb.tpu.host.strategy`) |
+| a distributed iterator's `get_next` (`next(iterator)`) | its strategy is a host TPU's of embedding hardware V1 and it fetches to the replicas' devices: its batch is recorded as on the TPU's devices (`tfemb.tpu.host.tpu_rules`) |
 """
 
 from typing import List, Union
@@ -22,6 +23,7 @@ from tfemb import object_hooks
 from tfemb.tpu.host import strategy as host_strategy
 from tfemb.tpu.host import system
 from tfemb.tpu.host import tf_internals
+from tfemb.tpu.host import tpu_rules
 
 Hook = Union[object_hooks.ClassHook, object_hooks.FunctionHook]
 
@@ -69,6 +71,31 @@ def _device_datasets() -> object_hooks.FunctionHook:
   return hook
 
 
+def _fetched_batches() -> object_hooks.FunctionHook:
+  """A host V1 TPU's batches fetched to its replicas' devices, recorded:
+  `TPUEmbedding.enqueue` refuses them as TensorFlow's does on a TPU."""
+  hook = None
+
+  def recording(*args, **kwargs):
+    values = hook.original(*args, **kwargs)
+    tpu_rules.record_fetched_to_device(values)
+    return values
+
+  def route(iterator=None, *args, **kwargs):
+    del args, kwargs
+    strategy = getattr(iterator, "_strategy", None)
+    if (host_strategy.is_host_tpu_strategy(strategy) and
+        strategy.extended.tpu_hardware_feature.embedding_feature ==
+        tf_internals.HardwareFeature.EmbeddingFeature.V1 and
+        tpu_rules.fetches_to_device(getattr(iterator, "_options", None))):
+      return recording
+    return None
+
+  hook = object_hooks.FunctionHook(tf_internals.distributed_iterator_get_next,
+                                   route)
+  return hook
+
+
 def hooks() -> List[Hook]:
   """The hooks, not installed: `tfemb.patching` installs them while a TPU
   type is emulated."""
@@ -95,4 +122,5 @@ def hooks() -> List[Hook]:
       object_hooks.FunctionHook(tf_internals.device_v2,
                                 system.refuse_tpu_device),
       _device_datasets(),
+      _fetched_batches(),
   ]

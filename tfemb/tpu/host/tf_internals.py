@@ -8,8 +8,9 @@ release moves one, this module is what changes.
   object (`tfemb.tpu.host.routes`): the resolver class, the functions every
   `initialize_tpu_system` / `shutdown_tpu_system` path calls (the public
   ones, `TPUClusterResolver.connect`, `tpu_strategy_util`'s), the strategy
-  classes, the public device functions (a TPU device is refused), and
-  the per-device datasets of a multi-device iterator;
+  classes, the public device functions (a TPU device is refused), the
+  per-device datasets of a multi-device iterator and a distributed
+  iterator's `get_next` (what it fetched to the replicas' devices);
 * what a host resolver and strategy build on: the TPU system metadata, a
   device's attributes, `MirroredExtended`, `Strategy.__init__`;
 * whether TensorFlow has set up its devices (the CPU can be split into
@@ -22,6 +23,7 @@ from typing import Any, Callable
 from tensorflow.python.client import session as session_lib
 from tensorflow.python.data.ops import multi_device_iterator_ops
 from tensorflow.python.distribute import distribute_lib
+from tensorflow.python.distribute import input_lib
 from tensorflow.python.distribute import mirrored_strategy
 from tensorflow.python.distribute import tpu_strategy
 from tensorflow.python.distribute.cluster_resolver.tpu import tpu_cluster_resolver
@@ -55,6 +57,9 @@ device_v2 = ops.device_v2
 # What every multi-device iterator (a distributed dataset's, one iterator per
 # replica device) builds each device's dataset with.
 create_device_dataset = multi_device_iterator_ops._create_device_dataset
+# A distributed dataset's iterator's `next` (every `next(iterator)`), and
+# what it was made with: `_strategy`, `_options` (InputOptions or None).
+distributed_iterator_get_next = input_lib.DistributedIterator.get_next
 
 # --- what the host's resolver and strategy build on -------------------------
 

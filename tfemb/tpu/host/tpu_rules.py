@@ -10,18 +10,22 @@ For `TPUEmbedding` (embedding hardware V1), as TensorFlow 2.21's
 * inside `strategy.run`, the enqueue must be traced in the replica
   function's own graph, not in a `tf.function` or control flow inside it
   (`_raise_error_for_incorrect_control_flow_context`);
+* its inputs must not be a batch a distributed dataset fetched to the
+  TPU's devices, which a dataset does unless its `InputOptions` say
+  `experimental_fetch_to_device=False` (`_raise_error_for_inputs_not_on_cpu`):
+  the replicas' devices stand for the TPU's, so a batch `next(iterator)`
+  placed on them is refused where TensorFlow's check sees a device
+  (eagerly, and the iterator's own outputs in a `tf.function`; not the
+  outputs of the conditional an iterator of partial batches returns,
+  which name none);
 * inside `strategy.run`, its inputs must be the replica function's
   arguments, not computed from them (`_raise_error_for_non_direct_inputs`).
 
 And its `build` needs every output shape, and configures the TPU's one
 embedding engine (`tfemb.tpu.host.system.configure_embedding_engine`).
-
-Not emulated: TensorFlow's refusal of a batch fetched to the TPU's devices
-(`_raise_error_for_inputs_not_on_cpu`). The host TPU's replicas are the
-host's own memory, and inside a `tf.function` a distributed dataset's batch
-does not say which device it was fetched to.
 """
 
+import weakref
 from typing import Any, Sequence
 
 import tensorflow as tf
@@ -48,13 +52,34 @@ def check_build(strategy: Any, paths: Sequence[str],
     system.configure_embedding_engine()
 
 
-def check_enqueue(strategy: Any, features: Any) -> None:
-  """Before a `TPUEmbedding` under `strategy` enqueues `features`."""
+# The tensors `next(iterator)` of a distributed dataset fetched to the
+# replicas' devices, by id() (tensors are not hashable).
+_fetched_to_device = weakref.WeakValueDictionary()
+
+
+def fetches_to_device(options: Any) -> bool:
+  """Whether a distributed dataset made with `options` (InputOptions or
+  None) places its batches on the replicas' devices."""
+  return options is None or options.experimental_fetch_to_device
+
+
+def record_fetched_to_device(values: Any) -> None:
+  """`values`, a distributed iterator's `next`, are on the TPU's devices."""
+  for tensor in nest.flatten(values, expand_composites=True):
+    if isinstance(tensor, tf.Tensor):
+      _fetched_to_device[id(tensor)] = tensor
+
+
+def check_enqueue(strategy: Any, features: Any, paths: Sequence[str]) -> None:
+  """Before a `TPUEmbedding` under `strategy` enqueues `features` (of its
+  features `paths`)."""
   if not applies_to(strategy):
     return
   call = host_strategy.replica_call()
   if call is not None:
     _check_control_flow(call)
+  _check_on_host(features, paths)
+  if call is not None:
     _check_direct(call, features)
 
 
@@ -68,6 +93,19 @@ def _check_control_flow(call: host_strategy.ReplicaCall) -> None:
         "tf.function inside `strategy.run`. This is not supported because "
         "outside compilation fails to extract the enqueue ops as the head of "
         "a computation.".format(graph, call.graph))
+
+
+def _check_on_host(features: Any, paths: Sequence[str]) -> None:
+  for path, feature in zip(paths, nest.flatten(features)):
+    for tensor in nest.flatten(feature, expand_composites=True):
+      if (_fetched_to_device.get(id(tensor)) is tensor and tensor.device):
+        raise ValueError(
+            "Received input tensor {} which is on a TPU input device {}. "
+            "Input tensors for TPU embeddings must be placed on the CPU. "
+            "Please ensure that your dataset is prefetching tensors to the "
+            "host by setting the 'experimental_fetch_to_device' option of "
+            "the dataset distribution function. See the documentation of the "
+            "enqueue method for an example.".format(path, tensor.device))
 
 
 def _check_direct(call: host_strategy.ReplicaCall, features: Any) -> None:
