@@ -33,6 +33,18 @@ def fixture_tpu():
     yield strategy
 
 
+@pytest.fixture(name="one_chip")
+def fixture_one_chip():
+  """One replica of the v5p-8 (a device assignment), as TensorFlow's
+  SparseCore tests take one chip."""
+  with helpers.host_tpu("v5p-8") as (_, resolver):
+    topology = tf.tpu.experimental.initialize_tpu_system(resolver)
+    yield tf.distribute.TPUStrategy(
+        resolver, experimental_device_assignment=(
+            tf.tpu.experimental.DeviceAssignment.build(topology,
+                                                       num_replicas=1)))
+
+
 def _feature():
   table = API.TableConfig(VOCAB, DIM, name="video", combiner="sum",
                           initializer=tf.constant_initializer(INIT))
@@ -133,6 +145,44 @@ def test_enqueue_takes_a_replicas_device_and_refuses_one_outside_the_tpu(tpu):
       embedding._variables["video"]["parameters"].read_value(), before)  # pylint: disable=protected-access
 
 
+def test_an_enqueue_passed_through_strategy_run_is_its_batch(one_chip):
+  """TensorFlow's SparseCore tests enqueue a chip's batch outside
+  `strategy.run` and pass it in: the replica's copy holds the same tensors,
+  so it is the same batch (dequeued, updated once)."""
+  embedding = _engine(one_chip)
+  ids = np.array([3, 3, 7, 60])
+  grads = np.arange(len(ids) * DIM, dtype=np.float32).reshape(-1, DIM) / 8
+
+  @tf.function
+  def step(features):
+    def replica(partitioned):
+      activations, preserved = embedding.dequeue(partitioned)
+      embedding.apply_gradients({"watched": tf.constant(grads)}, preserved)
+      return activations["watched"], preserved
+    partitioned = embedding.enqueue(
+        features, device=one_chip.extended.worker_devices[0])
+    return one_chip.run(replica, args=(partitioned,))
+
+  activations, _ = step({"watched": tf.constant(ids, tf.int32)})
+  np.testing.assert_allclose(activations, INIT[ids])
+  want = reference.Table(INIT, "sgd", {})
+  want.apply(reference.row_gradients(reference.contributions(
+      [[i] for i in ids], "sum", grads)), 1.0)
+  got = embedding._variables["video"]["parameters"].read_from_device(  # pylint: disable=protected-access
+      one_chip.extended.worker_devices[0])
+  np.testing.assert_allclose(
+      got, _one_chip(want.w, one_chip), rtol=1e-6, atol=1e-6)
+
+
+def _one_chip(table, strategy):
+  """The one chip's stacked rows (docs/sparsecore.md)."""
+  del strategy  # one chip of 4 SparseCores
+  rows_per_shard = -(-VOCAB // (8 * CORES)) * 8
+  stacked = np.zeros((CORES * rows_per_shard, DIM), np.float32)
+  stacked[reference.stacked_rows(VOCAB, CORES, 0, rows_per_shard, 0)] = table
+  return stacked
+
+
 def test_a_copy_of_a_lookups_tables_is_refused_by_apply_gradients(tpu):
   """`strategy.run` and a function's outputs rebuild a dict: the copy has
   the tables but not the batch its update needs."""
@@ -144,8 +194,9 @@ def test_a_copy_of_a_lookups_tables_is_refused_by_apply_gradients(tpu):
     return embedding(features)
 
   activations, preserved = lookup({"watched": tf.constant([1, 2, 3, 4])})
-  with pytest.raises(ValueError, match=r"are a copy of a lookup's tables.*"
-                     r"expected the output of this object's enqueue"):
+  with pytest.raises(ValueError, match=r"are a copy of a lookup's tables "
+                     r"holding other tensors.*expected the output of this "
+                     r"object's enqueue"):
     embedding.apply_gradients(
         {"watched": tf.ones_like(activations["watched"])}, preserved)
   np.testing.assert_array_equal(

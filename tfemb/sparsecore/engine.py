@@ -198,12 +198,12 @@ class TPUEmbeddingV2(core.Engine,
         self._core.config, features, weights, self._core.output_shapes,
         self._combiners, self._id_limits)
     batch = self._core.gather(feature_ids, lookups)
-    preserved = Preserved(self, kept, batch)
     trained = self._layout.step_config.tables
+    tables = {}
     for t, (_, table_batch) in batch.tables.items():
-      preserved.setdefault(trained[t].stacked_table_name, []).append(
+      tables.setdefault(trained[t].stacked_table_name, []).append(
           table_batch.unique_ids)
-    return preserved
+    return Preserved(self, kept, batch, tables)
 
   @_no_autograph
   def dequeue(self, partitioned_tensors: Preserved):
