@@ -15,6 +15,7 @@ from tensorflow.python.distribute import sharded_variable  # pylint: disable=g-d
 
 import helpers
 import ports
+import reference
 import tfemb
 from tfemb.host import sharded
 from tfemb.host import sparse_update
@@ -120,40 +121,90 @@ def test_table_partitioner_needs_a_parameter_server_strategy():
         tf.distribute.experimental.partitioners.FixedShardsPartitioner(2))
 
 
-@pytest.mark.parametrize("dim", [4, 32])
-@pytest.mark.parametrize("optimizer", ["adagrad", "adam"])
-def test_an_update_per_shard_equals_the_update_of_one_table(dim, optimizer):
-  """tfemb/host/sharded.py's update of a ShardedVariable (3 uneven shards,
-  here in one process) writes exactly the rows and slots of the update of
-  one unsharded table: rows 32 floats wide alone per shard, rows of 4
-  among the step's rows (TensorFlow's kernels may round the elements of a
-  last, partial SIMD register differently)."""
-  opt = {"adagrad": tfemb.Adagrad(0.3), "adam": tfemb.Adam(0.05)}[optimizer]
+def _tables(opt, dim, start):
+  """The table `t` in one variable and the same in a ShardedVariable of 3
+  uneven shards (in one process), with its slots: {name: variable}."""
   table = tfemb.TableConfig(10, dim, name="t", optimizer=opt)
-  names = ["parameters"] + list(opt._slot_names())  # pylint: disable=protected-access
-  rng = np.random.default_rng(3)
-  start = {n: rng.uniform(0.1, 2.0, (10, dim)).astype(np.float32)
-           for n in names}
   one = {n: tf.Variable(v) for n, v in start.items()}
   shards = {n: sharded_variable.ShardedVariable(
       [tf.Variable(v[:4]), tf.Variable(v[4:7]), tf.Variable(v[7:])])
             for n, v in start.items()}
+  return table, one, shards
+
+
+def _sharded_update(table, shards, ids, grads, lr, per_shard_locks):
+  """The update as a step makes it under each design: each shard's alone
+  (its own lock), or every shard's checked, then written (one lock)."""
+  routes = sharded.route(sharded.shards(shards), ids, grads)
+  if per_shard_locks:
+    return [bool(part.apply())
+            for part in sharded.shard_updates(table, routes, lr)]
+  finite, write = sharded.prepare(table, routes, lr)
+  if bool(finite):
+    write()
+  return [bool(finite)]
+
+
+@pytest.mark.parametrize("per_shard_locks", [True, False])
+@pytest.mark.parametrize("dim", [4, 32])
+@pytest.mark.parametrize("optimizer", ["adagrad", "adam"])
+def test_an_update_per_shard_equals_the_update_of_one_table(
+    dim, optimizer, per_shard_locks):
+  """tfemb/host/sharded.py's update of a ShardedVariable writes exactly the
+  rows and slots of the update of one unsharded table: rows 32 floats wide
+  alone per shard, rows of 4 among the step's rows (TensorFlow's kernels
+  may round the elements of a last, partial SIMD register differently)."""
+  opt = {"adagrad": tfemb.Adagrad(0.3), "adam": tfemb.Adam(0.05)}[optimizer]
+  names = ["parameters"] + list(opt._slot_names())  # pylint: disable=protected-access
+  rng = np.random.default_rng(3)
+  start = {n: rng.uniform(0.1, 2.0, (10, dim)).astype(np.float32)
+           for n in names}
+  table, one, shards = _tables(opt, dim, start)
   for step in range(3):
     ids = tf.constant(rng.permutation(10)[:7], tf.int64)
     grads = tf.constant(rng.normal(size=(7, dim)), tf.float32)
     lr = tf.constant(0.3)
     sparse_update.write_rows(table, one, ids, sparse_update.new_rows(
         table, one, ids, grads, lr))
-    finite, write = sharded.prepare(
-        table, sharded.route(table, shards, ids, grads), lr)
-    assert bool(finite)
-    write()
+    assert all(_sharded_update(table, shards, ids, grads, lr,
+                               per_shard_locks))
     for n in names:
       np.testing.assert_array_equal(
           tf.convert_to_tensor(shards[n]).numpy(), one[n].numpy(),
           err_msg=f"step {step}: {n}")
   assert not np.array_equal(one["parameters"].numpy(), start["parameters"])
+  options = tfemb.options.get()
   non_lazy = tfemb.TableConfig(10, dim, name="t",
                                optimizer=tfemb.Adam(0.05, lazy_adam=False))
-  assert sharded.route(non_lazy, shards, ids, grads) is None
-  assert sharded.route(table, one, ids, grads) is None
+  assert sharded.servers(non_lazy, shards, True, options) is None
+  assert sharded.servers(table, one, False, options) is None
+  assert sharded.servers(table, shards, True, options).per_shard_locks
+
+
+@pytest.mark.parametrize("per_shard_locks", [True, False])
+def test_an_update_that_overflows_in_one_shard(per_shard_locks):
+  """Adagrad's accumulator overflows (g^2 > float32's max) in rows of shard
+  1 only: per shard, that shard keeps its rows and slots and the other
+  shards take the update (the numpy reference's); under the engine's one
+  lock, no shard changes."""
+  dim, lr = 4, 0.5
+  start = {"parameters": np.arange(40, dtype=np.float32).reshape(10, dim),
+           "accumulators": np.full((10, dim), 0.25, np.float32)}
+  table, _, shards = _tables(tfemb.Adagrad(lr), dim, start)
+  ids = np.array([0, 5, 8, 4], np.int64)
+  grads = np.ones((4, dim), np.float32)
+  grads[3] = 2e19  # row 4: in shard 1 (rows 4-6)
+  finite = _sharded_update(table, shards, tf.constant(ids),
+                           tf.constant(grads), tf.constant(lr),
+                           per_shard_locks)
+  assert finite == ([True, False, True] if per_shard_locks else [False])
+  expected = reference.Table(start["parameters"], "adagrad",
+                             {"initial_accumulator_value": 0.25})
+  if per_shard_locks:
+    expected.apply({i: g for i, g in zip(ids, grads) if not 4 <= i < 7}, lr)
+  got = {n: tf.convert_to_tensor(v).numpy() for n, v in shards.items()}
+  np.testing.assert_allclose(got["parameters"], expected.w, rtol=1e-6)
+  np.testing.assert_allclose(got["accumulators"],
+                             expected.slots["accumulators"], rtol=1e-6)
+  np.testing.assert_array_equal(got["parameters"][4:7],
+                                start["parameters"][4:7])

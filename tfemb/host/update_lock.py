@@ -27,6 +27,7 @@ import contextlib
 import itertools
 import threading
 import traceback
+from typing import Callable, Dict, List, Sequence, Tuple
 import weakref
 
 import tensorflow as tf
@@ -35,46 +36,89 @@ from tfemb import tf_internals
 
 _numbers = itertools.count()  # the engines' locks, in creation order
 _graphs_lock = threading.Lock()
-_last_update = weakref.WeakKeyDictionary()  # graph -> its last update
+_last_update = weakref.WeakKeyDictionary()  # graph -> its last update's
+# tensors
 
 
 class UpdateLock:
-  """One engine's lock: `run(fn)` computes and writes an update under it."""
+  """One engine's locks: `run(fn)` computes and writes an update under the
+  engine's lock; `run_per_server(parts)` each part under the engine's lock
+  on the parameter server it reads and writes."""
 
   def __init__(self, strategy):
     self._strategy = strategy
     self._name = f"tfemb_update_{next(_numbers)}"
     self._section = None
+    self._servers = {}  # a parameter server's device -> its lock there
 
   def run(self, fn) -> tf.Tensor:
-    """`fn()` under the lock, after every update written before it in this
-    graph; `fn` returns a tensor that waits for every write, returned
-    here."""
+    """`fn()` under the engine's lock, after every update written before it
+    in this graph; `fn` returns a tensor that waits for every write,
+    returned here."""
     if self._section is None:
       with tf.init_scope(), _device(self._strategy):
         self._section = tf.CriticalSection(name="tfemb_update",
                                            shared_name=self._name)
-    graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+    # What the update computes on no device of its own (whether it is
+    # finite, the checks of it) runs beside the lock, not where the step
+    # runs: under ParameterServerStrategy the lock is then held while the
+    # parameter servers alone work, without a worker in between.
+    with _device(self._strategy):
+      return in_order(lambda: self._section.execute(fn))
+
+  def run_per_server(self, parts: Sequence[Tuple[str, Callable]]
+                     ) -> List[tf.Tensor]:
+    """Each `(device, fn)` of `parts`: `fn()`, a scalar that waits for its
+    writes, under this engine's lock on parameter server `device` (where
+    `fn` reads and writes), with every other part of that server; the
+    servers' side by side. Returns each part's scalar.
+
+    A server's lock is held while that server works and waits for nothing
+    else meanwhile (every input arrives before the lock is taken), so no
+    step holds a lock while it waits for another server. One lock per
+    server, not per shard: each lock taken is a thread hand-off
+    (TensorFlow's `MutexLock`), which costs a server more CPU than the
+    shards' updates it could let run side by side. Call it inside
+    `in_order`."""
+    by_device: Dict[str, List[int]] = {}
+    for i, (device, _) in enumerate(parts):
+      by_device.setdefault(device, []).append(i)
+    out = [None] * len(parts)
+    for device, indices in by_device.items():
+      if device not in self._servers:
+        with tf.init_scope(), tf.device(device):
+          self._servers[device] = tf.CriticalSection(
+              name="tfemb_server_update",
+              shared_name=f"{self._name}_on_{device}")
+      with tf.device(device):
+        done = self._servers[device].execute(
+            lambda indices=indices: tf.stack([parts[i][1]()
+                                              for i in indices]))
+      for j, i in enumerate(indices):
+        out[i] = done[j]
+    return out
+
+
+def in_order(fn):
+  """`fn()` after every update written before it in this graph (rule 2),
+  as this graph's last update; `fn` returns a tensor that waits for every
+  write, returned here."""
+  graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+  with _graphs_lock:
+    before = [] if graph is None else _last_update.get(graph, [])
+  try:
+    with tf.control_dependencies(before):
+      done = fn()
+  except Exception as e:
+    # Eagerly the lock is held by a tensor in the frames of the failed
+    # call until they are freed: cleared now, so that an error kept by
+    # the caller does not keep the lock.
+    traceback.clear_frames(e.__traceback__)
+    raise
+  if graph is not None:
     with _graphs_lock:
-      before = [] if graph is None else [
-          t for t in [_last_update.get(graph)] if t is not None]
-    try:
-      # What the update computes on no device of its own (whether it is
-      # finite, the checks of it) runs beside the lock, not where the step
-      # runs: under ParameterServerStrategy the lock is then held while
-      # the parameter servers alone work, without a worker in between.
-      with tf.control_dependencies(before), _device(self._strategy):
-        done = self._section.execute(fn)
-    except Exception as e:
-      # Eagerly the lock is held by a tensor in the frames of the failed
-      # call until they are freed: cleared now, so that an error kept by
-      # the caller does not keep the lock.
-      traceback.clear_frames(e.__traceback__)
-      raise
-    if graph is not None:
-      with _graphs_lock:
-        _last_update[graph] = done
-    return done
+      _last_update[graph] = tf.nest.flatten(done)
+  return done
 
 
 def _device(strategy):
