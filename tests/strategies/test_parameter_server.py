@@ -19,9 +19,11 @@ import reference
 import tfemb
 from tfemb.host import sharded
 from tfemb.host import sparse_update
+from workers import ps_non_finite_worker
 from workers import ps_worker
 
 WORKER = helpers.WORKERS / "ps_worker.py"
+NON_FINITE = helpers.WORKERS / "ps_non_finite_worker.py"
 
 
 def env():
@@ -30,8 +32,10 @@ def env():
               PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 
-@pytest.fixture(name="cluster")
+@pytest.fixture(name="cluster", scope="module")
 def fixture_cluster():
+  """2 parameter servers and 1 worker, shared by the module's coordinators
+  (each creates its own variables on them)."""
   with ports.reserved(3) as (ps0, ps1, worker):
     cluster = {"ps": [f"127.0.0.1:{ps0}", f"127.0.0.1:{ps1}"],
                "worker": [f"127.0.0.1:{worker}"]}
@@ -46,11 +50,11 @@ def fixture_cluster():
       s.wait()
 
 
-def run(*args, legacy_keras=False):
+def run(*args, legacy_keras=False, worker=WORKER):
   environment = env()
   if legacy_keras:
     environment["TF_USE_LEGACY_KERAS"] = "1"
-  result = subprocess.run([sys.executable, str(WORKER), *args],
+  result = subprocess.run([sys.executable, str(worker), *args],
                           env=environment,
                           capture_output=True, text=True, timeout=300,
                           check=False)
@@ -81,6 +85,9 @@ def test_sharded_tables_train_like_one_process_and_checkpoints_move(
   assert json.loads(out.strip().splitlines()[-1])["shards"] == {
       "items": 2, "small": 2, "wide": 2}
   assert_same(dict(np.load(ps_dir / "final.npz")), expected)
+  # Two steps per scheduled function (docs/strategies.md, "The
+  # coordinator"): the same numbers.
+  assert_same(dict(np.load(ps_dir / "multistep.npz")), expected)
   assert not np.allclose(expected["items/parameters"], 0.3)
 
   # The sharded checkpoint restores into an unsharded engine here ...
@@ -102,16 +109,78 @@ def test_sharded_tables_train_like_one_process_and_checkpoints_move(
 def test_model_fit_with_a_dataset_creator_under_tf_keras(cluster, tmp_path):
   """The Keras layer under ParameterServerStrategy with tf_keras' model.fit
   and a DatasetCreator (Keras 3 has no ParameterServerStrategy support in
-  fit); the strategy's variable_partitioner shards the tables."""
+  fit); the strategy's variable_partitioner shards the tables. One step per
+  execution and two (`steps_per_execution`, docs/strategies.md, "The
+  coordinator") give the numbers of one process."""
   (tmp_path / "ps").mkdir()
   (tmp_path / "single").mkdir()
-  out = run("fit", json.dumps(cluster), str(tmp_path / "ps"),
+  out = run("fit", json.dumps(cluster), str(tmp_path / "ps"), "1", "2",
             legacy_keras=True)
   assert json.loads(out.strip().splitlines()[-1])["shards"] == {"items": 2}
   run("fit", "none", str(tmp_path / "single"), legacy_keras=True)
   expected = dict(np.load(tmp_path / "single" / "fit.npz"))
-  assert_same(dict(np.load(tmp_path / "ps" / "fit.npz")), expected)
+  for steps in (1, 2):
+    assert_same(dict(np.load(tmp_path / "ps" / f"fit-{steps}.npz")), expected)
   assert not np.allclose(expected["items/parameters"], 0.3)
+
+
+@pytest.mark.runs_under("tf_keras")  # no Keras: once, beside the others
+def test_non_finite_steps_change_no_shard_or_only_the_shard_that_overflows(
+    cluster, tmp_path):
+  """docs/strategies.md, "Parameter servers": a non-finite gradient is
+  refused before anything is sent (no shard changes); an update that
+  overflows on one shard leaves that shard as it was and applies the
+  others, and the step fails naming the table and the shard ("raise") or
+  is counted as skipped ("skip"). Each slot's shards sit on their
+  parameters' servers (the unsharded table's on one)."""
+  result = json.loads(run("coordinator", json.dumps(cluster), str(tmp_path),
+                          worker=NON_FINITE).strip().splitlines()[-1])
+  where = result["devices"]
+  assert len(where["big/parameters"]) == 2 and len(where["plain/parameters"]) == 1
+  for table in ("big", "plain"):
+    assert where[f"{table}/accumulators"] == where[f"{table}/parameters"]
+
+  rows = {"big": 20, "plain": 6}
+  oracle = {n: reference.Table(np.full((r, 4), ps_non_finite_worker.INIT[n]),
+                               "adagrad", {}) for n, r in rows.items()}
+
+  def step(kind, refused=()):
+    """The step's update by the numpy reference, but for rows `refused`."""
+    grads = ps_non_finite_worker.gradients(kind)
+    for name, ids in ps_non_finite_worker.IDS.items():
+      pairs = reference.contributions([[i] for i in ids], "mean", grads[name])
+      oracle[name].apply({i: g for i, g in reference.row_gradients(pairs).items()
+                          if not (name == "big" and i in refused)},
+                         ps_non_finite_worker.LR)
+
+  def assert_tables(phase):
+    got = dict(np.load(tmp_path / f"{phase}.npz"))
+    for name, table in oracle.items():
+      np.testing.assert_allclose(got[f"{name}/parameters"], table.w,
+                                 rtol=1e-6, err_msg=f"phase {phase}: {name}")
+      np.testing.assert_allclose(got[f"{name}/accumulators"],
+                                 table.slots["accumulators"], rtol=1e-6,
+                                 err_msg=f"phase {phase}: {name}")
+
+  phases = result["phases"]
+  second = range(10, 20)  # big's second shard
+  helpers.assert_names(phases["1"]["error"], table="big")
+  assert "non-finite (NaN or Inf) embedding gradient" in phases["1"]["error"]
+  assert_tables("1")  # nothing changed
+  step("overflow", refused=second)
+  helpers.assert_names(phases["2"]["error"], table="big")
+  assert (f"its shard 1 of 2 (on {where['big/parameters'][1]}); that shard "
+          "was not updated, the other shards of the step were"
+          ) in phases["2"]["error"]
+  assert_tables("2")
+  assert [phases[p]["error"] for p in "345"] == [None] * 3
+  assert [phases[p]["skipped_steps"] for p in "12345"] == [0, 0, 1, 2, 2]
+  assert_tables("3")  # the NaN gradient skipped: nothing changed
+  step("overflow", refused=second)
+  assert_tables("4")
+  step("finite")
+  assert_tables("5")
+  assert oracle["big"].w[12, 0] != ps_non_finite_worker.INIT["big"]
 
 
 def test_table_partitioner_needs_a_parameter_server_strategy():

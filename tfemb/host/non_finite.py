@@ -92,8 +92,8 @@ class NonFinitePolicy:
                 f"{validation.table(part.table)}: the update would make a "
                 "row of the table or of a slot non-finite (NaN or Inf) in "
                 f"its shard {part.shard} of {part.shards} (on {part.device}"
-                "); that shard was not updated, the step's other shards "
-                "were."))]
+                "); that shard was not updated, the other shards of the "
+                "step were."))]
 
   def run_per_server(self, parts: Sequence[ShardUpdate]
                      ) -> List[tf.Tensor]:
