@@ -5,6 +5,7 @@ between the sharded tables and an unsharded engine both ways."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -125,16 +126,21 @@ def test_model_fit_with_a_dataset_creator_under_tf_keras(cluster, tmp_path):
 
 
 @pytest.mark.runs_under("tf_keras")  # no Keras: once, beside the others
+@pytest.mark.parametrize("cluster_lock", [False, True],
+                         ids=["per_server_locks", "cluster_lock"])
 def test_non_finite_steps_change_no_shard_or_only_the_shard_that_overflows(
-    cluster, tmp_path):
+    cluster, tmp_path, cluster_lock):
   """docs/strategies.md, "Parameter servers": a non-finite gradient is
   refused before anything is sent (no shard changes); an update that
   overflows on one shard leaves that shard as it was and applies the
   others, and the step fails naming the table and the shard ("raise") or
-  is counted as skipped ("skip"). Each slot's shards sit on their
-  parameters' servers (the unsharded table's on one)."""
-  result = json.loads(run("coordinator", json.dumps(cluster), str(tmp_path),
-                          worker=NON_FINITE).strip().splitlines()[-1])
+  is counted as skipped ("skip"). Under the one lock for the cluster
+  (`cluster_update_lock`), no shard changes. Each slot's shards sit on
+  their parameters' servers (the unsharded table's on one)."""
+  result = json.loads(run(
+      "coordinator", json.dumps(cluster), str(tmp_path),
+      *(["lock"] if cluster_lock else []),
+      worker=NON_FINITE).strip().splitlines()[-1])
   where = result["devices"]
   assert len(where["big/parameters"]) == 2 and len(where["plain/parameters"]) == 1
   for table in ("big", "plain"):
@@ -162,21 +168,30 @@ def test_non_finite_steps_change_no_shard_or_only_the_shard_that_overflows(
                                  table.slots["accumulators"], rtol=1e-6,
                                  err_msg=f"phase {phase}: {name}")
 
+  def overflow():
+    """The overflowing step: on its own shard only, or (one lock) nowhere."""
+    if not cluster_lock:
+      step("overflow", refused=range(10, 20))  # big's second shard
+
   phases = result["phases"]
-  second = range(10, 20)  # big's second shard
-  helpers.assert_names(phases["1"]["error"], table="big")
-  assert "non-finite (NaN or Inf) embedding gradient" in phases["1"]["error"]
+  # tfemb's message, without what gRPC adds (escaped) as it relays it.
+  errors = {p: re.search(r"assertion failed: \[(.*?)\]",
+                         phases[p]["error"]).group(1) for p in "12"}
+  helpers.assert_names(errors["1"], table="big")
+  assert "non-finite (NaN or Inf) embedding gradient" in errors["1"]
   assert_tables("1")  # nothing changed
-  step("overflow", refused=second)
-  helpers.assert_names(phases["2"]["error"], table="big")
-  assert (f"its shard 1 of 2 (on {where['big/parameters'][1]}); that shard "
-          "was not updated, the other shards of the step were"
-          ) in phases["2"]["error"]
+  overflow()
+  helpers.assert_names(errors["2"], table="big")
+  assert (("the update would make a row of the table or of a slot "
+           "non-finite (NaN or Inf); no table was updated") if cluster_lock
+          else (f"its shard 1 of 2 (on {where['big/parameters'][1]}); that "
+                "shard was not updated, the other shards of the step were")
+          ) in errors["2"]
   assert_tables("2")
   assert [phases[p]["error"] for p in "345"] == [None] * 3
   assert [phases[p]["skipped_steps"] for p in "12345"] == [0, 0, 1, 2, 2]
   assert_tables("3")  # the NaN gradient skipped: nothing changed
-  step("overflow", refused=second)
+  overflow()
   assert_tables("4")
   step("finite")
   assert_tables("5")

@@ -1,6 +1,6 @@
 """Non-finite steps on tables over 2 parameter servers.
 
-    python ps_non_finite_worker.py coordinator CLUSTER_JSON OUT_DIR
+    python ps_non_finite_worker.py coordinator CLUSTER_JSON OUT_DIR [lock]
 
 Two Adagrad tables: `big` sharded over both servers (rows 0-9 on one,
 10-19 on the other) and `plain`, one variable on one server. One step per
@@ -13,9 +13,10 @@ phase, through `ClusterCoordinator.schedule` (the servers are
 3. "skip", the NaN gradient; 4. "skip", the overflow; 5. "skip", a finite
    step.
 
-Writes OUT_DIR/<phase>.npz (every table and slot after the phase) and
-prints one JSON line: per phase its error (or null) and `skipped_steps`,
-and each variable's shards' devices.
+With `lock`, the engine is built with `cluster_update_lock=True` (one
+lock for the whole cluster). Writes OUT_DIR/<phase>.npz (every table and
+slot after the phase) and prints one JSON line: per phase its error (or
+null) and `skipped_steps`, and each variable's shards' devices.
 """
 
 import json
@@ -52,12 +53,12 @@ def devices(embedding):
           for n, v in slots.items()}
 
 
-def coordinator(cluster, out):
+def coordinator(cluster, out, cluster_lock=False):
   resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
       tf.train.ClusterSpec(cluster), rpc_layer="grpc")
   strategy = tf.distribute.experimental.ParameterServerStrategy(resolver)
   coord = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-  with strategy.scope():
+  with strategy.scope(), tfemb.options.use(cluster_update_lock=cluster_lock):
     tables = {n: tfemb.TableConfig(rows, 4, name=n,
                                    initializer=tf.constant_initializer(INIT[n]))
               for n, rows in (("big", 20), ("plain", 6))}
@@ -101,4 +102,4 @@ def coordinator(cluster, out):
 
 
 if __name__ == "__main__":
-  coordinator(json.loads(sys.argv[2]), sys.argv[3])
+  coordinator(json.loads(sys.argv[2]), sys.argv[3], sys.argv[4:] == ["lock"])

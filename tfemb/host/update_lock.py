@@ -2,14 +2,18 @@
 
 Each engine reads, computes and writes its rows under a lock of its own
 (TensorFlow's `CriticalSection`), so concurrent steps on one engine (threads,
-asynchronous parameter-server workers, replicas) lose no update.
+asynchronous parameter-server workers, replicas) lose no update. An engine
+whose tables are updated on their parameter servers takes, instead, its
+lock on each server (`run_per_server`), held while that server alone works:
+no lock is held across servers.
 
 Two rules make every combination of engines in one program deadlock-free
 (docs/architecture.md, "The update lock"):
 
-1. **One mutex per engine.** Each lock has its own `shared_name`,
-   numbered in the order engines are created (so every worker of a cluster,
-   running the same program, names an engine's lock alike). Left unnamed,
+1. **One mutex per engine** (and server). Each lock has its own
+   `shared_name`, numbered in the order engines are created (so every
+   worker of a cluster, running the same program, names an engine's lock
+   alike), with the server's device for a server's lock. Left unnamed,
    TensorFlow names a mutex after its op, and every engine's lock would be
    the same mutex.
 2. **In one traced function, the updates run one after the other, in the
@@ -122,8 +126,11 @@ def in_order(fn):
 
 
 def _device(strategy):
-  """Where the lock lives: with the tables on the first parameter server
-  (every worker takes it there), else here."""
+  """Where the engine's one lock lives: with the tables, on the first
+  parameter server (every worker takes it there), else here. Named in
+  full: `ParameterServerStrategy`'s `extended.parameter_devices` names the
+  coordinator (TensorFlow 2.21), which would then take part in every
+  step's update."""
   if not tf_internals.is_parameter_server_strategy(strategy):
     return contextlib.nullcontext()
-  return tf.device(strategy.extended.parameter_devices[0])
+  return tf.device("/job:ps/replica:0/task:0/device:CPU:0")
