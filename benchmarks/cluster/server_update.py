@@ -15,18 +15,21 @@ checked and written (`tfemb.host.sharded.shard_updates` under
 thread count runs in a process of its own (TensorFlow's inter- and
 intra-op pools of that many threads), in alternating rounds; a round times
 `--calls` calls of a `tf.function` of the workload's 8 distinct batches'
-updates, one after another as under the lock. Prints the median milliseconds per update for each thread
-count, and one JSON line.
+updates, one after another as under the lock. Prints the median
+milliseconds per update for each thread count, and one JSON line, also
+written to `--out` (default benchmarks/results/server-update.json).
 """
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import time
 
 from benchmarks import workload as workload_lib
+from benchmarks.stacks import REPO
 
 def child(args):
   """Times the updates with `args.child_threads` threads: JSON ms."""
@@ -97,6 +100,8 @@ def main(argv=None):
                  choices=workload_lib.OPTIMIZERS)
   p.add_argument("--calls", type=int, default=40)
   p.add_argument("--rounds", type=int, default=4)
+  p.add_argument("--out", default=os.path.join(
+      REPO, "benchmarks", "results", "server-update.json"))
   p.add_argument("--child-threads", type=int, default=0)
   args = p.parse_args(argv)
   if args.child_threads:
@@ -121,7 +126,10 @@ def main(argv=None):
              "rounds": {str(n): [round(x, 3) for x in t]
                         for n, t in times.items()},
              "rows_per_update": rows, "servers": args.servers,
-             "optimizer": args.optimizer, "batch": args.batch}
+             "optimizer": args.optimizer, "batch": args.batch,
+             "argv": argv if argv is not None else sys.argv[1:]}
+  with open(args.out, "w") as f:
+    json.dump(summary, f, indent=1)
   print(json.dumps(summary), flush=True)
   return 0
 

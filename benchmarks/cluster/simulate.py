@@ -130,7 +130,8 @@ def run(args) -> int:
       for r in range(args.rounds):
         order = list(DESIGNS) if (r + workers) % 2 else list(DESIGNS)[::-1]
         for design in order:
-          name = f"{'servers' if DESIGNS[design] == '0' else 'lock'}{r}"
+          kind = "servers" if DESIGNS[design] == "0" else "lock"
+          name = f"coordinator-{kind}{r}"
           began = time.monotonic()
           result = launch.coordinate(
               procs, layout, args, "tfemb", args.optimizer, name=name,
@@ -141,6 +142,21 @@ def run(args) -> int:
           print(f"{workers} workers, {design}, round {r}: "
                 f"{result['steps_per_s']:.2f} steps/s "
                 f"({time.monotonic() - began:.0f} s)", flush=True)
+  summary, detail = summarize(args, runs)
+  with open(os.path.join(args.out, "cluster-simulated.json"), "w") as f:
+    json.dump(dict(summary, argv=args.argv, detail=detail, runs=runs), f,
+              indent=1)
+  text = markdown(args, summary, detail)
+  with open(os.path.join(args.out, "cluster-simulated.md"), "w") as f:
+    f.write(text)
+  print(text)
+  print(json.dumps(summary), flush=True)
+  return 0 if all(r["finite"] for r in runs) else 1
+
+
+def summarize(args, runs):
+  """`(summary, detail)`: the JSON line (steps/s by W of each design, the
+  model's), and by design and W each round's steps/s, CPU and bytes."""
   detail = {d: _detail(args, [r for r in runs if r["design"] == d])
             for d in DESIGNS}
   main, baseline = list(DESIGNS)
@@ -151,15 +167,7 @@ def run(args) -> int:
       "model": _model(args, detail[main]), "dense_ms": args.dense_ms,
       "batch": args.batch, "optimizer": args.optimizer,
       "cores": os.cpu_count()}
-  with open(os.path.join(args.out, "cluster-simulated.json"), "w") as f:
-    json.dump(dict(summary, argv=args.argv, detail=detail, runs=runs), f,
-              indent=1)
-  text = markdown(args, summary, detail)
-  with open(os.path.join(args.out, "cluster-simulated.md"), "w") as f:
-    f.write(text)
-  print(text)
-  print(json.dumps(summary), flush=True)
-  return 0 if all(r["finite"] for r in runs) else 1
+  return summary, detail
 
 
 def _detail(args, runs) -> dict:
@@ -196,8 +204,8 @@ def _model(args, detail) -> dict:
 def _cpu_by_group(result) -> dict:
   groups = {}
   for name, p in result["per_process"].items():
-    group = name.rstrip("0123456789")
-    group = {"ps": "servers", "worker": "workers"}.get(group, "coordinator")
+    group = ("servers" if name.startswith("ps") else
+             "workers" if name.startswith("worker") else "coordinator")
     groups[group] = groups.get(group, 0.0) + p["cpu_s_per_step"] * 1e3
   return {g: round(ms, 1) for g, ms in sorted(groups.items())}
 

@@ -142,7 +142,8 @@ def test_non_finite_steps_change_no_shard_or_only_the_shard_that_overflows(
       *(["lock"] if cluster_lock else []),
       worker=NON_FINITE).strip().splitlines()[-1])
   where = result["devices"]
-  assert len(where["big/parameters"]) == 2 and len(where["plain/parameters"]) == 1
+  assert len(where["big/parameters"]) == 2
+  assert len(where["plain/parameters"]) == 1
   for table in ("big", "plain"):
     assert where[f"{table}/accumulators"] == where[f"{table}/parameters"]
 
@@ -155,7 +156,8 @@ def test_non_finite_steps_change_no_shard_or_only_the_shard_that_overflows(
     grads = ps_non_finite_worker.gradients(kind)
     for name, ids in ps_non_finite_worker.IDS.items():
       pairs = reference.contributions([[i] for i in ids], "mean", grads[name])
-      oracle[name].apply({i: g for i, g in reference.row_gradients(pairs).items()
+      sums = reference.row_gradients(pairs)
+      oracle[name].apply({i: g for i, g in sums.items()
                           if not (name == "big" and i in refused)},
                          ps_non_finite_worker.LR)
 
