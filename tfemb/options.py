@@ -37,8 +37,8 @@ from typing import Any, ContextManager, Dict, Iterator, List, Optional
 _OFF = ("0", "false", "no", "off")
 
 
-def _flag(name: str) -> bool:
-  return os.environ.get(name, "1").strip().lower() not in _OFF
+def _flag(name: str, default: str = "1") -> bool:
+  return os.environ.get(name, default).strip().lower() not in _OFF
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +67,13 @@ class Options:
       default target) (`tfemb.kernels.build`).
     kernel_cache: `TFEMB_KERNEL_CACHE` [None: `$XDG_CACHE_HOME/tfemb` or
       `~/.cache/tfemb`]. Where compiled kernels are kept.
+    cluster_update_lock: `TFEMB_CLUSTER_UPDATE_LOCK` [off]. Under
+      `ParameterServerStrategy`, every step's update under one lock on the
+      first parameter server, all or nothing across the servers, one step
+      at a time in the whole cluster; off: each shard's rows updated under
+      a lock of its own on the shard's server, so that steps on different
+      shards and servers run side by side (docs/strategies.md,
+      "Parameter servers").
 
   In the environment a switch is off for "0", "false", "no" or "off". In
   code every option has its type: the switches take True or False only
@@ -86,6 +93,8 @@ class Options:
       default_factory=lambda: os.environ.get("TFEMB_KERNEL_MARCH", "auto"))
   kernel_cache: Optional[str] = dataclasses.field(
       default_factory=lambda: os.environ.get("TFEMB_KERNEL_CACHE") or None)
+  cluster_update_lock: bool = dataclasses.field(
+      default_factory=lambda: _flag("TFEMB_CLUSTER_UPDATE_LOCK", "0"))
 
   def __post_init__(self):
     for field in dataclasses.fields(self):
@@ -95,7 +104,8 @@ class Options:
 
 
 _NAMES = tuple(f.name for f in dataclasses.fields(Options))
-_SWITCHES = ("fused_kernels", "interleaved_slots", "malloc_tuning")
+_SWITCHES = ("fused_kernels", "interleaved_slots", "malloc_tuning",
+             "cluster_update_lock")
 
 
 def _checked_value(name: str, value: Any) -> Any:

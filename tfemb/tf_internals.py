@@ -85,6 +85,17 @@ def variable_partitioner(strategy, partitioner):
     extended._variable_partitioner = saved
 
 
+def round_robin_position(strategy) -> int:
+  """Where a ParameterServerStrategy places its next variable (or shard):
+  on parameter server `position % number of servers` (TF 2.21's
+  `_variable_count`)."""
+  return strategy.extended._variable_count
+
+
+def set_round_robin_position(strategy, position: int) -> None:
+  strategy.extended._variable_count = position
+
+
 def local_copy(mirrored):
   """A mirrored variable's copy on the current device, else its first."""
   return mirrored._get_on_device_or_primary()

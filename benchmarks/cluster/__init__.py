@@ -3,6 +3,11 @@
     python -m benchmarks.cluster --quick    # ~6 min: ps and mwms, 100k rows
     python -m benchmarks.cluster            # 1M rows, more steps
     python -m benchmarks.cluster --strategies ps --optimizers adam --vocab 1M
+    python -m benchmarks.cluster --simulate-workers 1,2,4,8   # scaling
+
+With `--simulate-workers` it measures instead how parameter servers scale
+with workers, tfemb's update beside the cluster-wide lock it replaced
+(benchmarks/cluster/simulate.py).
 
 For each strategy, stack and optimizer it starts a fresh cluster:
 
@@ -46,6 +51,7 @@ import time
 from benchmarks import workload as workload_lib
 from benchmarks.cluster import node
 from benchmarks.cluster import report
+from benchmarks.cluster import simulate
 from benchmarks.cluster.launch import (Processes, coordinate, last_json,
                                        ps_cluster, run_mwms, run_ps,
                                        start_servers, wait)
@@ -96,7 +102,7 @@ def parse_args(argv=None):
                               description=__doc__.splitlines()[0])
   p.add_argument("--role", default="driver",
                  choices=["driver", "server", "coordinator", "mwms-worker",
-                          "single"])
+                          "single", "simulate"])
   p.add_argument("--quick", action="store_true",
                  help="small tables, few steps (a few minutes)")
   p.add_argument("--strategies", type=lambda s: s.split(","),
@@ -115,11 +121,25 @@ def parse_args(argv=None):
                  help="steps per epoch (default 50; --quick 20)")
   p.add_argument("--epochs", type=int, default=2, help="timed epochs")
   p.add_argument("--warmup-epochs", type=int, default=1)
+  p.add_argument("--steps-per-execution", type=int, default=1,
+                 help="tf_keras fit's steps per scheduled function")
   p.add_argument("--id-stride", type=int, default=1)
   p.add_argument("--min-shard-bytes", type=int, default=1 << 20,
                  help="variables under this are not sharded")
   p.add_argument("--timeout", type=float, default=900)
   p.add_argument("--out", default=None)
+  # The simulation of workers (simulate.py):
+  p.add_argument("--simulate-workers", default=None,
+                 type=lambda s: [int(w) for w in s.split(",")],
+                 help="numbers of workers, e.g. 1,2,4,8: measure scaling")
+  p.add_argument("--dense-ms", type=float, default=200.0,
+                 help="the wait standing in for a step's dense part")
+  p.add_argument("--steps-per-call", type=int, default=4,
+                 help="steps per scheduled function")
+  p.add_argument("--sim-calls", type=int, default=12,
+                 help="timed calls per worker")
+  p.add_argument("--rounds", type=int, default=2,
+                 help="rounds of both designs per number of workers")
   # In the cluster:
   p.add_argument("--stack", choices=STACKS)
   p.add_argument("--optimizer", choices=workload_lib.OPTIMIZERS)
@@ -135,11 +155,16 @@ def parse_args(argv=None):
   args = p.parse_args(argv)
   args.argv = list(sys.argv[1:] if argv is None else argv)
   if args.vocab is None:
-    args.vocab = 100_000 if args.quick else 1_000_000
+    args.vocab = (100_000 if args.quick or args.simulate_workers
+                  else 1_000_000)
   if args.steps is None:
     args.steps = 20 if args.quick else 50
   if args.mwms_optimizers is None:
     args.mwms_optimizers = ["adagrad"]
+  if args.simulate_workers:
+    args.optimizer = args.optimizer or "adagrad"
+    args.logs = os.path.join(args.out or "/tmp", "tfemb_cluster_simulated")
+    args.out = args.out or os.path.join(REPO, "benchmarks", "results")
   if args.out is None:
     args.out = ("/tmp/tfemb_cluster_quick" if args.quick
                 else os.path.join(REPO, "benchmarks", "results", "cluster"))
@@ -154,6 +179,10 @@ def main(argv=None) -> int:
     node.train(args)
   elif args.role == "single":
     node.single(args)
+  elif args.role == "simulate":
+    simulate.coordinator(args)
+  elif args.simulate_workers:
+    return simulate.run(args)
   else:
     return drive(args)
   return 0

@@ -141,16 +141,22 @@ def child_args(args, stack: str, optimizer: str) -> List[str]:
           "--id-stride", str(args.id_stride),
           "--min-shard-bytes", str(args.min_shard_bytes),
           "--save", args.save, "--restore", args.restore,
-          "--checkpoint-dir", args.checkpoint_dir]
+          "--checkpoint-dir", args.checkpoint_dir,
+          "--dense-ms", str(args.dense_ms),
+          "--steps-per-call", str(args.steps_per_call),
+          "--steps-per-execution", str(args.steps_per_execution),
+          "--sim-calls", str(args.sim_calls)]
 
 
 def coordinate(procs: Processes, cluster, args, stack: str, optimizer: str,
-               name: str = "coordinator") -> dict:
-  """Runs a coordinator on the cluster's running servers: its JSON."""
+               name: str = "coordinator", role: str = "coordinator",
+               environment=None) -> dict:
+  """Runs a coordinator (`role`) on the cluster's running servers: its
+  JSON."""
   pids_file = os.path.join(procs.log_dir, f"{name}.pids.json")
-  procs.start(name, ["--role", "coordinator", "--cluster", json.dumps(cluster),
+  procs.start(name, ["--role", role, "--cluster", json.dumps(cluster),
                      "--pids-file", pids_file,
-                     *child_args(args, stack, optimizer)])
+                     *child_args(args, stack, optimizer)], environment)
   write_pids(procs, pids_file)
   code = wait(procs, name, args.timeout)
   log = procs.log(name)

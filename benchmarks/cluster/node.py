@@ -64,7 +64,8 @@ def dataset(work: workload_lib.Workload, id_stride: int = 1):
       work.batch, drop_remainder=True).repeat()
 
 
-def build_model(stack: str, work: workload_lib.Workload, restore: str = ""):
+def build_model(stack: str, work: workload_lib.Workload, restore: str = "",
+                steps_per_execution: int = 1):
   """(model, embedding layer or None), compiled; under the current scope.
 
   With `restore`, tfemb's tables are restored from that checkpoint (of a
@@ -95,7 +96,7 @@ def build_model(stack: str, work: workload_lib.Workload, restore: str = ""):
   model = keras.Model(inputs, train_step.concat_head(keras, activations,
                                                      work.names))
   model.compile(optimizer=train_step.keras_optimizer(keras.optimizers, work),
-                loss="mse")
+                loss="mse", steps_per_execution=steps_per_execution)
   return model, layer
 
 
@@ -130,7 +131,8 @@ def train(args):
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
     data = dataset(work, args.id_stride)
   with strategy.scope():
-    model, layer = build_model(args.stack, work, args.restore)
+    model, layer = build_model(args.stack, work, args.restore,
+                               args.steps_per_execution)
   checkpoint = manager = None
   initial_epoch = 0
   if args.checkpoint_dir:

@@ -2,10 +2,13 @@
 totals over its processes, and the ratios tfemb / Keras of those totals."""
 
 import argparse
+import json
+import os
 
 import pytest
 
 from benchmarks.cluster import report
+from benchmarks.cluster import simulate
 
 MIB = 2**20
 
@@ -59,3 +62,45 @@ def test_ratios_are_the_quotients_of_tfembs_totals_over_keras():
   assert "| ps | adam | tfemb | 8.00 | 6.00 |" in text
   assert "| ps/adam | 4.00 | 0.25 | 0.75 |" in text
   assert "| mwms | adam | keras | failed: worker1 exited 1 |" in text
+
+
+def _simulated(workers, design, steps_per_s, cpu_ms):
+  """A simulation run: `cpu_ms` by process per step, 1 MiB sent by each."""
+  return {"workers": workers, "design": design, "steps_per_s": steps_per_s,
+          "per_process": {name: {"sent_per_step": MIB,
+                                 "received_per_step": MIB,
+                                 "cpu_s_per_step": ms / 1e3, "peak_rss": MIB}
+                          for name, ms in cpu_ms.items()}}
+
+
+def test_the_simulation_takes_the_median_round_and_the_model():
+  """`--simulate-workers`: per design and W the median of the rounds'
+  steps/s and the median round's CPU by group of processes; the model is W
+  times one worker's steps/s, at most the cores over one worker's CPU per
+  step; the JSON line has steps/s by W of both designs."""
+  ours, baseline = list(simulate.DESIGNS)
+  cpu = {"ps0": 10.0, "ps1": 12.0, "worker0": 30.0, "coordinator": 1.0}
+  runs = [_simulated(1, ours, x, cpu) for x in (4.0, 5.0, 4.5)]
+  runs += [_simulated(1, baseline, x, cpu) for x in (4.0, 4.2, 4.1)]
+  runs += [_simulated(8, ours, x, dict(cpu, worker1=20.0))
+           for x in (30.0, 25.0, 27.0)]
+  runs += [_simulated(8, baseline, x, cpu) for x in (20.0, 22.0, 21.0)]
+  args = argparse.Namespace(simulate_workers=[1, 8], dense_ms=200.0,
+                            batch=4096, optimizer="adagrad", vocab=100_000,
+                            steps_per_call=4, argv=[])
+  summary, detail = simulate.summarize(args, runs)
+  assert summary["steps_per_s"] == {"1": 4.5, "8": 27.0}
+  assert summary["baseline"] == {"steps_per_s": {"1": 4.1, "8": 21.0},
+                                 "design": baseline}
+  assert summary["design"] == ours
+  cores = os.cpu_count()
+  assert summary["model"] == {
+      "1": round(min(4.5, cores / 0.053), 2),
+      "8": round(min(8 * 4.5, cores / 0.053), 2)}
+  assert detail[ours]["8"]["rounds"] == [25.0, 27.0, 30.0]
+  assert detail[ours]["8"]["cpu_ms_per_step"] == {
+      "coordinator": 1.0, "servers": 22.0, "workers": 50.0}
+  assert detail[ours]["8"]["bytes_per_step"] == 5 * MIB
+  assert json.loads(json.dumps(summary)) == summary
+  text = simulate.markdown(args, summary, detail)
+  assert f"| 8 | {ours} | 27.0 (25.0, 27.0, 30.0) | 6.00 |" in text

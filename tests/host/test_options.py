@@ -23,7 +23,7 @@ from tfemb import options
 
 ROOT = str(helpers.ROOT)
 ENV = ("TFEMB_FUSED_KERNELS", "TFEMB_INTERLEAVED_SLOTS", "TFEMB_MALLOC_TUNING",
-       "TFEMB_KERNEL_MARCH", "TFEMB_KERNEL_CACHE")
+       "TFEMB_KERNEL_MARCH", "TFEMB_KERNEL_CACHE", "TFEMB_CLUSTER_UPDATE_LOCK")
 
 
 @pytest.fixture(autouse=True)
@@ -51,16 +51,17 @@ def test_defaults_come_from_the_environment():
   assert _options_in_a_process({
       "TFEMB_FUSED_KERNELS": "0", "TFEMB_INTERLEAVED_SLOTS": "off",
       "TFEMB_MALLOC_TUNING": "false", "TFEMB_KERNEL_MARCH": "x86-64",
-      "TFEMB_KERNEL_CACHE": "/tmp/somewhere"}) == {
+      "TFEMB_KERNEL_CACHE": "/tmp/somewhere",
+      "TFEMB_CLUSTER_UPDATE_LOCK": "1"}) == {
           "fused_kernels": False, "interleaved_slots": False,
           "malloc_tuning": False, "kernel_march": "x86-64",
-          "kernel_cache": "/tmp/somewhere"}
+          "kernel_cache": "/tmp/somewhere", "cluster_update_lock": True}
 
 
-def test_without_the_environment_everything_is_on():
+def test_without_the_environment_the_defaults_apply():
   assert options.get() == options.Options(
       fused_kernels=True, interleaved_slots=True, malloc_tuning=True,
-      kernel_march="auto", kernel_cache=None)
+      kernel_march="auto", kernel_cache=None, cluster_update_lock=False)
   assert options.get() == options.Options()
 
 

@@ -1,11 +1,13 @@
-"""Two asynchronous ParameterServerStrategy workers training one SGD table.
+"""Asynchronous ParameterServerStrategy workers training one SGD table.
 
     python async_sgd_worker.py coordinator CLUSTER_JSON OUT_FILE
 
 The table is sharded over the cluster's parameter servers; STEPS steps are
-scheduled with `ClusterCoordinator.schedule`, which runs them on both
-workers at once, every step touching the same rows. OUT_FILE (.npy) gets
-the table. The servers are `ps_worker.py server` processes.
+scheduled with `ClusterCoordinator.schedule`, which runs them on every
+worker at once, every step touching the same rows of both shards. The
+table and the gradients hold integers and the learning rate is 1, so every
+sum is exact in float32: a lost update shows as a wrong integer. OUT_FILE
+(.npy) gets the table. The servers are `ps_worker.py server` processes.
 """
 
 import json
@@ -16,14 +18,16 @@ import tensorflow as tf
 
 import tfemb
 
-STEPS, VOCAB, DIM, LR = 60, 16, 4, 0.01
-INIT = np.linspace(-1.0, 1.0, VOCAB * DIM).reshape(VOCAB, DIM)
+STEPS, VOCAB, DIM, LR = 90, 16, 4, 1.0
+INIT = np.arange(VOCAB * DIM, dtype=np.float32).reshape(VOCAB, DIM) - 32
 
 
 def batch(step):
-  """Step s's ids (rows 0..7 every step) and gradients."""
-  ids = np.concatenate([np.arange(8), [8 + step % 8]]).astype(np.int64)
-  grads = np.full((len(ids), DIM), 0.1 * (1 + step % 5), np.float32)
+  """Step s's ids (rows 0..3 and 8..11 every step: both shards) and
+  integer gradients."""
+  ids = np.array([0, 1, 2, 3, 8, 9, 10, 11, 4 + step % 4, 12 + step % 4],
+                 np.int64)
+  grads = np.full((len(ids), DIM), 1 + step % 5, np.float32)
   grads[:, 0] += np.arange(len(ids), dtype=np.float32)
   return ids, grads
 

@@ -3,7 +3,7 @@
     python ps_worker.py server CLUSTER_JSON JOB INDEX   # a ps or worker
     python ps_worker.py coordinator CLUSTER_JSON OUT_DIR [RESTORE_FROM]
     python ps_worker.py single OUT_DIR                  # no cluster
-    python ps_worker.py fit CLUSTER_JSON|none OUT_DIR   # model.fit, tf_keras
+    python ps_worker.py fit CLUSTER_JSON|none OUT_DIR [STEPS_PER_EXECUTION..]
 
 The coordinator creates the tables sharded over the parameter servers
 (`table_partitioner = FixedShardsPartitioner(2)`: each table is a
@@ -11,7 +11,11 @@ ShardedVariable), optionally
 restores an unsharded checkpoint first (saving the restored values to
 OUT_DIR/restored.npz), trains STEPS steps of the TPU script protocol with
 `ClusterCoordinator.schedule`, then saves OUT_DIR/final.npz and a checkpoint
-OUT_DIR/ckpt. `single` trains the same steps without a cluster.
+OUT_DIR/ckpt. Without a restore it then trains new tables on the same steps,
+two per scheduled function, into OUT_DIR/multistep.npz. `single` trains the
+same steps without a cluster. `fit` trains the Keras layer with
+`model.fit`; on a cluster once with each of STEPS_PER_EXECUTION, into
+OUT_DIR/fit-<steps per execution>.npz (without one, OUT_DIR/fit.npz).
 """
 
 import json
@@ -101,10 +105,27 @@ def coordinator(cluster, out, restore_from=None):
   coord.join()
   np.savez(os.path.join(out, "final.npz"), **values(embedding))
   tf.train.Checkpoint(embedding=embedding).write(os.path.join(out, "ckpt"))
+  if not restore_from:
+    with strategy.scope():
+      again = make_embedding()
+      again.table_partitioner = (
+          tf.distribute.experimental.partitioners.FixedShardsPartitioner(2))
+      again.build()
+    one = step_fn(again)
+
+    @tf.function
+    def two_steps(first, second):
+      one(*first)
+      one(*second)
+
+    for s in range(0, STEPS, 2):
+      coord.schedule(two_steps, args=(features(s), features(s + 1)))
+    coord.join()
+    np.savez(os.path.join(out, "multistep.npz"), **values(again))
   print(json.dumps({"shards": shards}))
 
 
-def fit_model():
+def fit_model(steps_per_execution=1):
   """The Keras layer in a small model (tf_keras: TF_USE_LEGACY_KERAS=1)."""
   import tfemb.layers  # pylint: disable=g-import-not-at-top
   keras = tf.keras
@@ -119,7 +140,8 @@ def fit_model():
   x = keras.layers.Concatenate()([act["item"], act["user"]])
   model = keras.Model(inputs, keras.layers.Dense(
       1, kernel_initializer="ones")(x))
-  model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse")
+  model.compile(optimizer=keras.optimizers.SGD(0.05), loss="mse",
+                steps_per_execution=steps_per_execution)
   return model, layer
 
 
@@ -132,29 +154,34 @@ def fit_dataset(input_context=None):
   return tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
 
 
-def fit(cluster, out):
-  """model.fit through the coordinator with a DatasetCreator (tf_keras)."""
+def fit(cluster, out, steps_per_execution=(1,)):
+  """model.fit through the coordinator with a DatasetCreator (tf_keras),
+  once per number of steps per execution."""
   if cluster is None:
     model, layer = fit_model()
     model.fit(fit_dataset(), epochs=1, verbose=0)
-  else:
-    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-        tf.train.ClusterSpec(cluster), rpc_layer="grpc")
-    strategy = tf.distribute.experimental.ParameterServerStrategy(
-        resolver, variable_partitioner=(
-            tf.distribute.experimental.partitioners.FixedShardsPartitioner(
-                2)))
+    save_fit(layer, os.path.join(out, "fit.npz"))
+    return
+  resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+      tf.train.ClusterSpec(cluster), rpc_layer="grpc")
+  strategy = tf.distribute.experimental.ParameterServerStrategy(
+      resolver, variable_partitioner=(
+          tf.distribute.experimental.partitioners.FixedShardsPartitioner(2)))
+  for steps in steps_per_execution:
     with strategy.scope():
-      model, layer = fit_model()
+      model, layer = fit_model(steps)
     model.fit(tf.keras.utils.experimental.DatasetCreator(fit_dataset),
               epochs=1, steps_per_epoch=STEPS, verbose=0)
-  variables = {f"{t.name}/{n}": tf.convert_to_tensor(v).numpy()
-               for t, slots in layer.embedding_variables.items()
-               for n, v in slots.items()}
-  np.savez(os.path.join(out, "fit.npz"), **variables)
+    save_fit(layer, os.path.join(out, f"fit-{steps}.npz"))
   shards = {t.name: len(getattr(v, "variables", [v]))
             for t, v in layer.embedding_tables.items()}
   print(json.dumps({"shards": shards}))
+
+
+def save_fit(layer, path):
+  np.savez(path, **{f"{t.name}/{n}": tf.convert_to_tensor(v).numpy()
+                    for t, slots in layer.embedding_variables.items()
+                    for n, v in slots.items()})
 
 
 def single(out):
@@ -171,7 +198,7 @@ if __name__ == "__main__":
     server(json.loads(sys.argv[2]), sys.argv[3], int(sys.argv[4]))
   elif mode == "fit":
     fit(json.loads(sys.argv[2]) if sys.argv[2] != "none" else None,
-        sys.argv[3])
+        sys.argv[3], [int(n) for n in sys.argv[4:]] or (1,))
   elif mode == "coordinator":
     coordinator(json.loads(sys.argv[2]), sys.argv[3],
                 sys.argv[4] if len(sys.argv) > 4 else None)

@@ -3,7 +3,9 @@ it with each table's distinct ids and summed gradients).
 
 `commit_all` writes every table's update once every check has passed:
 under the policy's lock (`_commit`), or as one op of the tables' paths
-that holds every variable it writes (`_commit_together`). Where the
+that holds every variable it writes (`_commit_together`), or, for tables
+on parameter servers, each shard's under the lock of its own server
+(`tfemb.host.server_commit`). Where the
 replicas share one copy of the tables (a host TPU's), `commit_global` sums
 the replicas' rows and writes the global batch's update once. Afterwards
 `count_step` advances the learning rates that count steps.
@@ -18,6 +20,7 @@ from tfemb import replicas
 from tfemb import resolution
 from tfemb import update_rules
 from tfemb import validation
+from tfemb.host import server_commit
 from tfemb.host import table_paths
 from tfemb.host.non_finite import NonFinitePolicy
 from tfemb.host.paths import InPlace
@@ -38,13 +41,17 @@ class TableUpdate(NamedTuple):
 def commit_all(config, policy, updates, more, checks, finite, together,
                 raising, counted, global_batch) -> tf.Tensor:
   """Every table's update (`_commit_together` where one op takes them all,
-  else `_commit`), with the learning rates' checks; whether it was
-  written."""
+  `server_commit.commit` where the parameter servers take them, else
+  `_commit`), with the learning rates' checks; whether it was written."""
   rates, rate_checks = learning_rates(config, updates)
   checks = list(checks) + rate_checks
   if together:
     return _commit_together(policy, updates, rates, checks, finite, raising,
                             counted)
+  if on_servers([u.path for u in updates], more):
+    return server_commit.commit(
+        policy, [(u.path, u.ids, u.grads) for u in updates], rates, checks,
+        finite, raising, counted)
   return _commit(policy, updates, rates, more, checks, finite, raising,
                  counted, global_batch)
 
@@ -160,6 +167,16 @@ def together(paths: Sequence[TablePath], more: Sequence[Any]) -> bool:
     return False
   keys = [(type(p), p.together_key()) for p in paths]
   return keys[0][1] is not None and all(k == keys[0] for k in keys)
+
+
+def on_servers(paths: Sequence[TablePath], more: Sequence[Any]) -> bool:
+  """Whether the parameter servers take the step's update, each shard's
+  under its server's lock (`server_commit.commit` instead of `_commit`):
+  no update beside the tables', and every table's path updates it per
+  shard. Otherwise a table there is updated under the policy's one lock,
+  all or nothing with the others."""
+  return bool(paths) and not more and all(p.updates_per_shard()
+                                          for p in paths)
 
 
 def _commit_together(policy: NonFinitePolicy,

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from tfemb import validation
 from tfemb.host import update_lock
+from tfemb.host.paths import ShardUpdate
 
 
 class NonFinitePolicy:
@@ -55,13 +56,10 @@ class NonFinitePolicy:
   def checks(self, finite: Sequence[Any], names: Sequence[str]) -> List[Any]:
     """Under "raise", an error naming the first table whose new rows or
     slots (`finite`, by table) are not all finite."""
-    if not self.raising:
-      return []
-    return [check for ok, name in zip(finite, names)
-            for check in validation.assertion(ok, (
-                f"{validation.table(name)}: the update would make a row of "
-                "the table or of a slot non-finite (NaN or Inf); no table "
-                "was updated."))]
+    return self._refusals(finite, [
+        f"{validation.table(name)}: the update would make a row of the "
+        "table or of a slot non-finite (NaN or Inf); no table was updated."
+        for name in names])
 
   def run(self, finite: Sequence[Any], write, raising: bool,
           counted: bool = True) -> tf.Tensor:
@@ -78,6 +76,33 @@ class NonFinitePolicy:
         return tf.constant(False)
 
     return tf.cond(tf.reduce_all(finite), write, skip)
+
+  def shard_checks(self, parts: Sequence[ShardUpdate],
+                   finite: Sequence[Any]) -> List[Any]:
+    """Under "raise", an error naming the first shard of a table whose new
+    rows or slots (`finite`, by part) are not all finite: that shard was
+    not updated, the step's other shards were."""
+    return self._refusals(finite, [
+        f"{validation.table(part.table)}: the update would make a row of "
+        "the table or of a slot non-finite (NaN or Inf) in its shard "
+        f"{part.shard} of {part.shards} (on {part.device}); that shard was "
+        "not updated, the other shards of the step were." for part in parts])
+
+  def _refusals(self, finite: Sequence[Any],
+                messages: Sequence[str]) -> List[Any]:
+    """Under "raise", an assertion per `finite` that fails with its
+    message."""
+    if not self.raising:
+      return []
+    return [check for ok, message in zip(finite, messages)
+            for check in validation.assertion(ok, message)]
+
+  def run_per_server(self, parts: Sequence[ShardUpdate]
+                     ) -> List[tf.Tensor]:
+    """Each part's update under this object's lock on its parameter server
+    (`tfemb.host.update_lock`): whether each was finite, and written. Call
+    it inside `update_lock.in_order`."""
+    return self._lock.run_per_server([(p.device, p.apply) for p in parts])
 
   def serialized(self, fn) -> tf.Tensor:
     """`fn()` under this object's lock (`tfemb.host.update_lock`): one

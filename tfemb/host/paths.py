@@ -38,6 +38,17 @@ class InPlace(NamedTuple):
   restore: Callable[[tf.Tensor], Any]  # restore(keep): taken back unless keep
 
 
+class ShardUpdate(NamedTuple):
+  """One shard's part of a table's update, run under that shard's own lock
+  on the parameter server holding it (`TablePath.shard_updates`)."""
+  table: str  # the table's name
+  shard: int  # which of its shards
+  shards: int  # of how many
+  device: str  # the shard's parameter server
+  apply: Callable[[], tf.Tensor]  # reads, updates, checks and writes the
+  # shard's rows (nothing where a new value is not finite): whether finite
+
+
 class PerIdGradients(NamedTuple):
   """A table's gradients left for `TablePath.update_together` to sum: one
   row per id looked up, and where each sits among the distinct ids."""
@@ -82,6 +93,21 @@ class TablePath(abc.ABC):
     `prepare` gets it as `staged`. None by default."""
     del ids, grads
     return None
+
+  def updates_per_shard(self) -> bool:
+    """Whether the table's update is `shard_updates`, each shard's under
+    its own lock on its parameter server, instead of `stage` and
+    `prepare` under the step's lock."""
+    return False
+
+  def shard_updates(self, ids: tf.Tensor, grads: tf.Tensor,
+                    lr: tf.Tensor) -> List[ShardUpdate]:
+    """The update of rows `ids` by their summed gradients `grads`, split by
+    shard and sent to the shards' parameter servers (called once every
+    check of the step has passed: nothing is sent before). Only for paths
+    that `updates_per_shard`."""
+    raise NotImplementedError(f"{type(self).__name__} updates its table "
+                              "under the step's lock")
 
   def updates_in_place(self) -> bool:
     """Whether `prepare` returns an `InPlace` here: the step then calls it

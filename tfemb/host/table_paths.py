@@ -29,6 +29,7 @@ from tfemb.host.paths import InPlace
 from tfemb.host.paths import Member
 from tfemb.host.paths import Pending
 from tfemb.host.paths import PerIdGradients
+from tfemb.host.paths import ShardUpdate
 from tfemb.host.paths import TablePath
 from tfemb.host.row_reads import gather_rows
 from tfemb.host.table_store import TableVariables
@@ -102,9 +103,11 @@ class OpsTable(_Path):
   """
 
   def __init__(self, table, variables: TableVariables,
-               remap: Optional[Remap] = None, each_id: bool = False):
+               remap: Optional[Remap] = None, each_id: bool = False,
+               servers: Optional[sharded.Servers] = None):
     super().__init__(table, variables, remap)
     self.each_id = each_id
+    self.servers = servers  # where the update runs, if on the servers
 
   def lookup(self, members: Sequence[Member]) -> Tuple[OpsBatch, List[Any]]:
     checks = []
@@ -149,15 +152,28 @@ class OpsTable(_Path):
     return checked(self.table.name, grads, raising)
 
   def stage(self, ids, grads) -> Optional[sharded.Routes]:
-    # A sharded table's update runs on its parameter servers.
-    return sharded.route(self.table, self.variables, ids, grads)
+    # A table on parameter servers is updated there, under the policy's
+    # one lock: its routes are sent ahead of it. With a lock per server,
+    # nothing is sent before every check has passed (`shard_updates`).
+    if self.servers is None or self.servers.per_shard_locks:
+      return None
+    return sharded.route(self.servers.shards, ids, grads)
+
+  def updates_per_shard(self) -> bool:
+    return self.servers is not None and self.servers.per_shard_locks
+
+  def shard_updates(self, ids, grads, lr) -> List[ShardUpdate]:
+    return sharded.shard_updates(
+        self.table, sharded.route(self.servers.shards, ids, grads), lr)
 
   def prepare(self, batch: OpsBatch, ids, grads, lr, global_batch: bool,
               staged: Optional[sharded.Routes] = None) -> Pending:
     # The rows are read again here, not taken from the lookup: a concurrent
     # step may have written them since (each step's update reads, computes
     # and writes under one lock).
-    if staged is not None:  # on the parameter servers holding the rows
+    if self.servers is not None:  # on the parameter servers holding them
+      if staged is None:  # per shard, in a step that takes the one lock
+        staged = sharded.route(self.servers.shards, ids, grads)
       return Pending(*sharded.prepare(self.table, staged, lr))
     return ops_update(self.table, self.variables, ids, grads, lr)
 
@@ -255,4 +271,6 @@ def training_path(table, variables: TableVariables, partitioned: bool,
   can take its variables, else TensorFlow's ops."""
   if fused_ops.usable(variables, table.optimizer, partitioned, options):
     return FusedTable(table, variables, remap)
-  return OpsTable(table, variables, remap, each_id=not partitioned)
+  return OpsTable(table, variables, remap, each_id=not partitioned,
+                  servers=sharded.servers(table, variables, partitioned,
+                                          options))

@@ -136,6 +136,8 @@ class TableStore:
     inits = self._slot_initializers.get(table.name) or (
         optimizers.slot_initializers(table.optimizer))
     track = functools.partial(self._track, owner, table)
+    if self.partitioned:
+      track = _placed_alike(self._strategy, track)
     if interleaved_tables.wanted(table, self.partitioned, self._options):
       return interleaved_tables.create(table, names, inits, track,
                                        self._options)
@@ -247,6 +249,22 @@ def _shapes(table) -> Dict[str, Tuple[int, ...]]:
   shapes.update({f"{table.name}/{n}": (table.vocabulary_size,) if d == 1
                  else table_shape for n, d in zip(names, dims)})
   return shapes
+
+
+def _placed_alike(strategy, track):
+  """`track`, each variable it creates placed on the parameter servers as
+  the first one was: ParameterServerStrategy places variables and their
+  shards round robin, so a slot's shard i would otherwise land on another
+  server than the parameters' shard i whenever a table has fewer shards
+  than there are servers. Alike, each shard's update reads and writes one
+  server only (`tfemb.host.sharded`)."""
+  start = tf_internals.round_robin_position(strategy)
+
+  def placed(*args, **kwargs):
+    tf_internals.set_round_robin_position(strategy, start)
+    return track(*args, **kwargs)
+
+  return placed
 
 
 def _per_shard(initializer, shape, dtype):
