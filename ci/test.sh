@@ -13,9 +13,10 @@
 # damaged cache: ci/setup_tf_version.sh has built them for that
 # TensorFlow; the two-engine step repeated against a deadline; the
 # engine's every-optimizer matrix under MirroredStrategy, where the Keras
-# layer's mirrored tests stay; the export's mirrored tests; keras-rs' own
-# tests, the TPU programs run as 8-replica types and the keras-rs tutorial,
-# where the in-process host TPU tests stay, and the host TPU under Keras;
+# layer's mirrored tests stay; the export's mirrored tests; tfemb's
+# keras-rs tests, the TPU programs run as 8-replica types and the keras-rs
+# tutorial, where the in-process host TPU tests stay, and the host TPU
+# under Keras;
 # tfrs' checkpoints, the compat tutorial, `python -m tfemb.run` and
 # `python -m tfemb.tpu`; the kernels' fallback cache and huge pages; two
 # Keras layers in one model, one of the two optimizers fit under

@@ -281,6 +281,49 @@ def _unstacked(stacked, vocab, dim, tpu):
   return stacked[order, :dim]
 
 
+@pytest.mark.parametrize("tpu", ["v4-8"], indirect=True)
+def test_a_checkpoint_restores_before_and_after_the_tables_exist(tpu,
+                                                                   tmp_path):
+  """What TensorFlow's checkpoint tests check of a TPU's tables: a restore
+  gives the checkpoint's values, whether the tables exist yet or not
+  (TensorFlow's deferred restore), for the parameters and the slots."""
+  api = tf.tpu.experimental.embedding
+  rows = tpu.num_replicas_in_sync * 2
+
+  def engine(init):
+    with tpu.scope():
+      table = api.TableConfig(rows, 4, name="table", combiner="sum",
+                              initializer=tf.constant_initializer(init))
+      return api.TPUEmbedding((api.FeatureConfig(table, name="f"),),
+                              api.Adagrad(0.1))
+
+  def values(embedding):
+    variables = embedding.variables[embedding._table_config[0]]  # pylint: disable=protected-access
+    return {k: v.numpy() for k, v in variables.items()}
+
+  saved = engine(np.full((rows, 4), 1.0, np.float32))
+  saved.build(8)
+  for name, variable in saved.variables[saved._table_config[0]].items():  # pylint: disable=protected-access
+    variable.assign(np.arange(rows * 4, dtype=np.float32).reshape(rows, 4) +
+                    (0.5 if name != "parameters" else 0.0))
+  want = values(saved)
+  path = tf.train.Checkpoint(model=saved).save(str(tmp_path / "ckpt"))
+
+  tf.tpu.experimental.initialize_tpu_system()  # the TPU's engine again
+  after = engine(np.zeros((rows, 4), np.float32))
+  after.build(8)
+  tf.train.Checkpoint(model=after).restore(path)
+  tf.tpu.experimental.initialize_tpu_system()
+  before = engine(np.zeros((rows, 4), np.float32))
+  tf.train.Checkpoint(model=before).restore(path)
+  before.build(8)
+  for restored in (after, before):
+    got = values(restored)
+    assert sorted(got) == sorted(want) == ["accumulators", "parameters"]
+    for name in want:
+      np.testing.assert_array_equal(got[name], want[name])
+
+
 def test_an_unknown_type_lists_the_known_ones():
   with pytest.raises(ValueError, match=r"Unknown TPU type 'v9-8'.*v5p-8"):
     tfemb.patch(tpu="v9-8")
