@@ -101,9 +101,8 @@ def activations(config: resolution.Resolved, share: Share,
     for k, (feature, feature_rows) in enumerate(zip(feature_ids, rows)):
       dim = config.features[feature].table.dim
       own = [r[k] for r in share.whole.replicas]
-      sizes = [tf.cast(l.num_segments, tf.int64) for l in own]
       for r, (lookup, part) in enumerate(zip(own, tf.split(
-          tf.reshape(feature_rows, [-1, dim]), tf.stack(sizes)))):
+          _rows_of(feature_rows, dim), _counts(own)))):
         out[r].append(_shaped(part, lookup, dim,
                               static_shapes[feature] if static_shapes
                               else None))
@@ -112,8 +111,40 @@ def activations(config: resolution.Resolved, share: Share,
   return _each_replica(split, None)[share.replica]
 
 
+# Where the replicas' batches have static sizes (the usual case: a TPU
+# program's per-replica batch is fixed), the merging and splitting below
+# take Python sizes: a step's graph then has no op per replica and feature
+# to compute one, which the executor would run at every step.
+
+
+def _static_rows(lookup: inputs.Lookup) -> Optional[int]:
+  """A lookup's number of output rows, if known statically."""
+  if lookup.static_shape.is_fully_defined():
+    return lookup.static_shape.num_elements()
+  return None
+
+
+def _counts(lookups: Sequence[inputs.Lookup]):
+  """The lookups' output rows: Python ints if known, else a tensor."""
+  static = [_static_rows(l) for l in lookups]
+  if None not in static:
+    return static
+  return tf.stack([tf.cast(l.num_segments, tf.int64) for l in lookups])
+
+
+def _rows_of(x, dim: int):
+  """`x` as rows of `dim` values (`[-1, dim]`), without an op if it is."""
+  if x.shape.rank == 2 and x.shape[-1] == dim:
+    return x
+  return tf.reshape(x, [-1, dim])
+
+
 def _shaped(rows, lookup: inputs.Lookup, dim: int, static):
   """One replica's rows, shaped as `step.activations` shapes a lookup's."""
+  want = (static if static is not None else lookup.static_shape)
+  if (want.rank is not None and want.is_fully_defined() and
+      rows.shape == want.concatenate([dim])):
+    return rows
   if lookup.static_shape.is_fully_defined():
     rows = tf.reshape(rows, lookup.static_shape.concatenate([dim]).as_list())
   else:
@@ -144,7 +175,7 @@ def apply(config: resolution.Resolved, share: Share, flat_grads,
       dim = feature.table.dim
       global_grads.append(tf.concat([
           tf.zeros([tf.cast(r[k].num_segments, tf.int32), dim], tf.float32)
-          if g is None else tf.reshape(g, [-1, dim])
+          if g is None else _rows_of(g, dim)
           for g, r in zip(grads, share.whole.replicas)], axis=0))
     step.apply(config, share.whole.batch, global_grads, policy, more,
                loss_scaled)
@@ -157,10 +188,16 @@ def _merged(lookups: Sequence[inputs.Lookup]) -> inputs.Lookup:
   replicas' order, each replica's rows after the ones before."""
   if len(lookups) == 1:
     return lookups[0]
-  counts = [tf.cast(l.num_segments, tf.int64) for l in lookups]
+  static = [_static_rows(l) for l in lookups]
+  if None not in static:
+    counts = static
+    total = tf.constant(sum(static), tf.int64)
+  else:
+    counts = [tf.cast(l.num_segments, tf.int64) for l in lookups]
+    total = tf.add_n(counts)
   segments: Optional[tf.Tensor] = None
   if any(l.segments is not None for l in lookups):
-    offsets = tf.cumsum(tf.stack(counts), exclusive=True)
+    offsets = tf.cumsum(tf.cast(tf.stack(counts), tf.int64), exclusive=True)
     segments = tf.concat([
         (l.segments if l.segments is not None else
          tf.range(tf.size(l.ids, out_type=tf.int64))) + offsets[r]
@@ -170,7 +207,6 @@ def _merged(lookups: Sequence[inputs.Lookup]) -> inputs.Lookup:
     scales = tf.concat([
         l.scales if l.scales is not None else
         tf.ones([tf.size(l.ids)], tf.float32) for l in lookups], axis=0)
-  total = tf.add_n(counts)
   static = [l.static_shape.num_elements() for l in lookups]
   return inputs.Lookup(
       ids=tf.concat([l.ids for l in lookups], axis=0),
