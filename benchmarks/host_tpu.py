@@ -248,16 +248,22 @@ def _summary(rows: List[dict], kinds: List[str]) -> dict:
   return out
 
 
+def parse_kinds(text: str) -> List[str]:
+  """The kinds of a comma-separated `--kinds`; exits naming unknown ones."""
+  kinds = [k for k in text.split(",") if k]
+  unknown = sorted(set(kinds) - set(KINDS))
+  if unknown:
+    raise SystemExit(f"unknown kinds {unknown}; known: {', '.join(KINDS)}")
+  return kinds
+
+
 def main(argv=None) -> int:
   argv = list(sys.argv[1:] if argv is None else argv)
   if "--child" in argv:
     cli.main(lambda a: _child_parser().parse_args(a), measure, argv)
     return 0
   args = _parser().parse_args(argv)
-  kinds = [k for k in args.kinds.split(",") if k]
-  unknown = sorted(set(kinds) - set(KINDS))
-  if unknown:
-    raise SystemExit(f"unknown kinds {unknown}; known: {', '.join(KINDS)}")
+  kinds = parse_kinds(args.kinds)
   os.makedirs(args.logs, exist_ok=True)
   rows = []
   for round_ in range(args.rounds):

@@ -139,10 +139,7 @@ def main(argv=None) -> int:
     return 0
   args = _parser().parse_args(argv)
   result = {}
-  for kind in [k for k in args.kinds.split(",") if k]:
-    if kind not in host_tpu.KINDS:
-      raise SystemExit(f"unknown kind {kind}; known: "
-                       f"{', '.join(host_tpu.KINDS)}")
+  for kind in host_tpu.parse_kinds(args.kinds):
     outcome = runner.run("benchmarks.host_tpu_profile",
                          ["--child", kind, "--steps", str(args.steps),
                           "--vocab", args.vocab])
