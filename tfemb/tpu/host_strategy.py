@@ -31,6 +31,7 @@ from tensorflow.python.distribute import tpu_strategy  # pylint: disable=g-direc
 from tensorflow.python.tpu import tpu_hardware_feature  # pylint: disable=g-direct-tensorflow-import
 
 from tfemb.tpu import host_devices
+from tfemb.tpu import host_input
 from tfemb.tpu import host_system
 from tfemb.tpu import tpu_types
 
@@ -93,6 +94,12 @@ class HostTPUExtended(mirrored_strategy.MirroredExtended):
           autograph=False)
       self._tpu_function_cache[fn] = function
     return function(args, kwargs)
+
+  def _experimental_distribute_dataset(self, dataset, options):
+    """`MirroredStrategy`'s, but each replica's batch comes from one host
+    iterator (`host_input`): no `MultiDeviceIterator` to trace at every
+    epoch of a Keras `fit`."""
+    return host_input.distribute(self, dataset, options)
 
   @contextlib.contextmanager
   def experimental_logical_device(self, logical_device_id: int):
