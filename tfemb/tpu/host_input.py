@@ -129,6 +129,23 @@ def _as(value, cls):
   return value
 
 
+class _Rebuilds:
+  """A TensorFlow type spec whose values are rebuilt as `_value`."""
+  __slots__ = []
+  _value = None
+
+  @property
+  def value_type(self):
+    return self._value
+
+  def _from_components(self, components):
+    return _as(super()._from_components(components), self._value)  # pylint: disable=no-member
+
+  @staticmethod
+  def from_value(value):
+    return value._type_spec  # pylint: disable=protected-access
+
+
 class _WorkerIterator(input_lib._SingleWorkerOwnedDatasetIterator):  # pylint: disable=protected-access
 
   def _create_owned_multi_device_iterator(self):
@@ -140,22 +157,13 @@ class _WorkerIterator(input_lib._SingleWorkerOwnedDatasetIterator):  # pylint: d
     return _as(super()._type_spec, _WorkerIteratorSpec)
 
 
-class _WorkerIteratorSpec(input_lib._SingleWorkerDatasetIteratorSpec):  # pylint: disable=protected-access
+class _WorkerIteratorSpec(_Rebuilds,
+                          input_lib._SingleWorkerDatasetIteratorSpec):  # pylint: disable=protected-access
   __slots__ = []
-
-  @property
-  def value_type(self):
-    return _WorkerIterator
+  _value = _WorkerIterator
 
   def _get_multi_device_iterator_spec(self, specs):
     specs.append(ReplicaBatchesSpec(self._devices, self._element_spec))
-
-  def _from_components(self, components):
-    return _as(super()._from_components(components), _WorkerIterator)
-
-  @staticmethod
-  def from_value(value):
-    return value._type_spec  # pylint: disable=protected-access
 
 
 class _Iterator(input_lib.DistributedIterator):
@@ -165,24 +173,14 @@ class _Iterator(input_lib.DistributedIterator):
     return _as(super()._type_spec, _IteratorSpec)
 
 
-class _IteratorSpec(input_lib.DistributedIteratorSpec):
+class _IteratorSpec(_Rebuilds, input_lib.DistributedIteratorSpec):
   __slots__ = []
-
-  @property
-  def value_type(self):
-    return _Iterator
+  _value = _Iterator
 
   @property
   def _component_specs(self):
     return [_as(spec, _WorkerIteratorSpec)
             for spec in super()._component_specs]
-
-  def _from_components(self, components):
-    return _as(super()._from_components(components), _Iterator)
-
-  @staticmethod
-  def from_value(value):
-    return value._type_spec  # pylint: disable=protected-access
 
 
 class _Dataset(input_lib.DistributedDataset):
