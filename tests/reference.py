@@ -108,6 +108,21 @@ def positional_gradients(table, rows, weights, valency, grad):
   return pairs, weight_grads
 
 
+# --- ids of other dtypes ----------------------------------------------------
+
+def cast_ids(values, bits):
+  """docs/numerics.md, "Input dtypes": ids as TensorFlow's engine casts them
+  to a `bits`-bit integer (64: the first generation's enqueue, 32: the
+  SparseCore's). A float is truncated toward zero; an integer keeps its low
+  `bits` bits, read as two's complement (2^32 + 3 is 3 in 32 bits, 2^31 is
+  -2^31)."""
+  out = []
+  for v in values:
+    i = int(v) & ((1 << bits) - 1)  # int() truncates a float toward zero
+    out.append(i - (1 << bits) if i >> (bits - 1) else i)
+  return out
+
+
 # --- the update --------------------------------------------------------------
 
 def _clip(x, lo, hi):

@@ -14,18 +14,9 @@ from typing import NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
+from tfemb import input_dtypes
 from tfemb import shapes
 from tfemb import validation
-
-
-class DtypeError(TypeError, ValueError):
-  """A feature's ids or weights of the wrong dtype. A TypeError, and also a
-  ValueError, which TensorFlow's serving class raises for integer weights
-  and float ragged ids, so code written against either catches it."""
-
-  # Inside tf.function, autograph re-raises an error of a type it can build
-  # from the message alone (this test) and wraps any other in a StagingError.
-  __init__ = Exception.__init__
 
 
 class Lookup(NamedTuple):
@@ -127,7 +118,7 @@ def dense_lookup(x, serving) -> Lookup:
 def sparse_lookup(x, w, feature) -> Lookup:
   combiner = feature.table.combiner
   dense_shape = x.dense_shape
-  weights = None if w is None else tf.cast(w.values, tf.float32)
+  weights = None if w is None else w.values
   if shapes.is_sequence(feature, x.shape.rank):
     length = tf.constant(feature.max_sequence_length, tf.int64)
     rows = dense_shape[0]
@@ -152,7 +143,7 @@ def ragged_lookup(path, x, w, feature, output_shape) -> Lookup:
   combiner = feature.table.combiner
   rows = x.nrows(out_type=tf.int64)
   row_ids = tf.cast(x.value_rowids(), tf.int64)
-  weights = None if w is None else tf.cast(w.values, tf.float32)
+  weights = None if w is None else w.values
   batch = x.shape[0]
   length = None
   if output_shape:
@@ -210,10 +201,12 @@ def _after(checks, x):
         tf.identity(x.values), tf.identity(x.row_splits), validate=False)
 
 
-def to_lookup(path, x, w, feature, serving=False,
-              fixed_shape=None) -> Lookup:
+def to_lookup(path, x, w, feature, dtypes: input_dtypes.InputDtypes,
+              serving=False, fixed_shape=None) -> Lookup:
   """Validates one feature's input (and weights) and flattens it.
 
+  `dtypes`: what the engine's entry point does with ids and weights of
+  other dtypes (cast or refuse, as TensorFlow's engine of its generation).
   `fixed_shape`: the activation shape the TPU protocol has fixed for the
   feature (its FeatureConfig's, `build`'s or the first enqueue's). As on
   a TPU, a ragged feature whose fixed shape has a second dimension (e.g.
@@ -222,10 +215,7 @@ def to_lookup(path, x, w, feature, serving=False,
   x = as_input(x)
   w = None if w is None else as_input(w)
   kind = shapes.kind_of(x)
-  if not x.dtype.is_integer:
-    raise DtypeError(
-        f"{validation.feature(path, feature.table.name)}: ids must be an "
-        f"integer tensor, got dtype {x.dtype.name}.")
+  where = validation.feature(path, feature.table.name)
   if w is not None:
     # The messages of TensorFlow's serving class (direct lookups) and of
     # its TPU enqueue (training batches).
@@ -244,10 +234,8 @@ def to_lookup(path, x, w, feature, serving=False,
         serving or kind == "ragged" or shapes.is_sequence(feature, x.shape.rank)):
       raise ValueError(
           f"Weight specified for {path}, but this is a sequence feature.")
-    if not w.dtype.is_floating:
-      raise DtypeError(
-          f"{validation.feature(path, feature.table.name)}: weights must be "
-          f"a float tensor, got dtype {w.dtype.name}.")
+    w = dtypes.cast_weights(where, w, kind)
+  x = dtypes.cast_ids(where, x, kind)
   error = input_shape_error(path, x, serving)
   if error:
     raise ValueError(error)

@@ -23,6 +23,7 @@ from typing import Any, Optional
 import tensorflow as tf
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import input_dtypes
 from tfemb import options
 from tfemb.host import HostEmbedding
 from tfemb.tpu import delegate
@@ -89,4 +90,4 @@ class TPUEmbeddingV0(HostEmbedding,
       if not isinstance(x, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor)):
         raise ValueError(f"Input {path} is type {type(x)}. Tensor, "
                          "SparseTensor or RaggedTensor expected.")
-    return super().embedding_lookup(features, weights)
+    return self.direct_lookup(features, weights, input_dtypes.V0)

@@ -81,16 +81,23 @@ def test_bad_input_through_the_layer(name, mode):
     np.testing.assert_array_equal(snapshot(layer)[key], value, err_msg=key)
 
 
-def test_float_ids_given_to_the_layer():
-  # (A functional model casts its inputs to the Input's dtype first; the
-  # layer itself refuses non-integer ids.)
+def test_float_ids_given_to_the_layer_are_cast_as_on_a_tpu():
+  """(A functional model casts its inputs to the Input's dtype first.) The
+  layer's engine casts ids to int64 as TensorFlow's TPUEmbedding does:
+  1.9 is id 1, and 10.5 is id 10, outside the table."""
   model, layer = build()
   x, _ = good()
   model.predict(x, verbose=0)
-  with pytest.raises(TypeError,
-                     match=r"Feature \W*d\W*[^:]*: ids must be an "
-                     "integer"):
-    layer(dict(x, d=tf.constant([1.0, 2.0, 3.0, 4.0])))
+  as_ints = layer(dict(x, d=tf.constant([1, 2, 3, 4], tf.int64)))["d"]
+  as_floats = layer(dict(x, d=tf.constant([1.9, 2.0, 3.5, 4.2])))["d"]
+  np.testing.assert_array_equal(as_floats.numpy(), as_ints.numpy())
+  before = snapshot(layer)
+  with pytest.raises(E, match=r"Feature \W*d\W*[^:]*: ids must be in "
+                     r"\[0, 10\)"):
+    model.train_on_batch(dict(x, d=tf.constant([1.0, 2.0, 3.0, 10.5])),
+                         np.ones((4, 1), np.float32))
+  for key, value in before.items():
+    np.testing.assert_array_equal(snapshot(layer)[key], value, err_msg=key)
 
 
 def test_missing_feature_names_the_structure():

@@ -92,6 +92,19 @@ def test_stats_match_a_numpy_partitioning(name, batch, chips):
   assert int(max_unique["a_b"]) == want_unique
 
 
+def test_stats_cast_ids_to_int32_as_tensorflow_does():
+  """Float ids truncated, int64 ids wrapped to their low 32 bits."""
+  batch = {k: [[i] for i in range(16)] for k in "xyz"}
+  features = as_inputs(batch)
+  features["x"] = tf.constant([i + 0.9 for i in range(16)])
+  features["y"] = tf.constant([i + 2**32 for i in range(16)], tf.int64)
+  max_ids, max_unique = tfemb.TPUEmbeddingV2.compute_sparse_core_stats(
+      features, config(), 2)
+  want_ids, want_unique = reference_stats(batch, TABLE_OF, 2)
+  assert (int(max_ids["a_b"]), int(max_unique["a_b"])) == (want_ids,
+                                                           want_unique)
+
+
 def test_stats_have_tensorflows_signature():
   ours = inspect.signature(tfemb.TPUEmbeddingV2.compute_sparse_core_stats)
   theirs = inspect.signature(
@@ -105,16 +118,17 @@ def test_stats_have_tensorflows_signature():
     (dict(num_tpu_chips=0), "num_tpu_chips must be a positive integer"),
     (dict(features={"x": tf.constant([1.0] * 16)}),
      "features must have the structure"),
-    (dict(features={"x": tf.constant([1.5] * 16), "y": tf.constant([1] * 16),
-                    "z": tf.constant([1] * 16)}), "ids must be integers"),
+    (dict(features={"x": tf.constant(["1"] * 16), "y": tf.constant([1] * 16),
+                    "z": tf.constant([1] * 16)}),
+     "Feature `x` .*Cast string to int32 is not supported"),
     (dict(features={"x": tf.constant([99] * 16), "y": tf.constant([1] * 16),
                     "z": tf.constant([1] * 16)}), r"id 99 outside \[0, 64\)"),
-], ids=["chips", "structure", "floats", "range"])
+], ids=["chips", "structure", "strings", "range"])
 def test_stats_refuse_bad_input(kwargs, message):
   args = dict(features={k: tf.constant([1] * 16) for k in "xyz"},
               feature_config=config(), num_tpu_chips=1)
   args.update(kwargs)
-  with pytest.raises(ValueError, match=message):
+  with pytest.raises((ValueError, TypeError), match=message):
     tfemb.TPUEmbeddingV2.compute_sparse_core_stats(**args)
 
 

@@ -25,6 +25,7 @@ from tensorflow.python.trackable import data_structures
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
 from tfemb import heap
+from tfemb import input_dtypes
 from tfemb import inputs
 from tfemb import optimizers
 from tfemb import resolution
@@ -229,7 +230,8 @@ class HostEmbedding(core.Engine):
 
   @_no_autograph
   def __call__(self, features: Any, weights: Optional[Any] = None) -> Any:
-    """Looks features up directly, as `TPUEmbeddingForServing` does.
+    """Looks features up directly, as `TPUEmbeddingForServing` does (and
+    takes the dtypes it takes: `input_dtypes.SERVING`).
 
     `features` may hold any subset of the configured features (by path).
     Differentiable with respect to the tables (plain TensorFlow ops), and it
@@ -239,11 +241,18 @@ class HostEmbedding(core.Engine):
 
   @_no_autograph
   def embedding_lookup(self, features: Any, weights: Optional[Any] = None):
+    return self.direct_lookup(features, weights, input_dtypes.SERVING)
+
+  def direct_lookup(self, features: Any, weights: Optional[Any],
+                    dtypes: input_dtypes.InputDtypes):
+    """`embedding_lookup` with the ids and weights the lookup of `dtypes`
+    takes (TensorFlow's serving class's, or `TPUEmbeddingV0`'s)."""
     self._maybe_build()
     config = self._core.config
     feature_ids, flat, flat_weights = feeding.flat_inputs(
         config, features, weights, True)
-    lookups = feeding.lookups(config, feature_ids, flat, flat_weights, True)
+    lookups = feeding.lookups(config, feature_ids, flat, flat_weights, dtypes,
+                              True)
     batch = step.gather(config, self._lookup_paths, feature_ids, lookups)
     flat = step.activations(config, batch, feature_ids)
     return nest.pack_sequence_as(features, flat)
@@ -268,7 +277,9 @@ class HostEmbedding(core.Engine):
     return self.activate(*self.prepare(features, weights, rules or TRAINING))
 
   def prepare(self, features, weights, rules: "InputRules"):
-    """Checks the inputs (building on first use) and looks the ids up;
+    """Checks the inputs (ids cast to int64 and weights to float32, as
+    TensorFlow's `TPUEmbedding.enqueue` casts them: `input_dtypes.V1`;
+    building on first use) and looks the ids up;
     returns the batch and the output shapes of its activations (fixed for
     later batches too where `rules.fixes_shapes`): `forward`'s first half,
     which the TPU protocol's `enqueue` runs."""
@@ -289,7 +300,7 @@ class HostEmbedding(core.Engine):
                  inputs.serving_only(x.shape, shapes.kind_of(x))
                  for x in flat]
       lookups = feeding.lookups(config, feature_ids, flat, flat_weights,
-                                serving)
+                                input_dtypes.V1, serving)
       incoming = [shapes.of_input(x, f, s)
                   for x, f, s in zip(flat, config.features, serving)]
     self._maybe_build()
@@ -299,7 +310,7 @@ class HostEmbedding(core.Engine):
     if rules.tpu:
       shapes.check_fully_defined(config.paths, output_shapes)
       lookups = feeding.lookups(config, feature_ids, flat, flat_weights,
-                                False, list(output_shapes))
+                                input_dtypes.V1, False, list(output_shapes))
     return self._core.gather(feature_ids, lookups), output_shapes
 
   def activate(self, batch: step.Batch, output_shapes):

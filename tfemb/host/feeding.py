@@ -9,6 +9,7 @@ from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import input_dtypes
 from tfemb import inputs
 from tfemb import resolution
 
@@ -56,14 +57,16 @@ def flat_inputs(config: resolution.Resolved, features, weights,
 
 def lookups(config: resolution.Resolved, feature_ids: Sequence[int],
             flat: Sequence[Any], flat_weights: Sequence[Any],
+            dtypes: input_dtypes.InputDtypes,
             serving: Union[bool, Sequence[bool]],
             fixed_shapes: Optional[Sequence[Any]] = None) -> List[Any]:
-  """One Lookup per input (`serving`: for all inputs or per input;
+  """One Lookup per input (`dtypes`: the engine's casts or refusals;
+  `serving`: the serving class's shape rules, for all inputs or per input;
   `fixed_shapes`: the TPU protocol's activation shapes, per feature)."""
   if isinstance(serving, bool):
     serving = [serving] * len(flat)
   return [
-      inputs.to_lookup(config.paths[i], x, w, config.features[i],
+      inputs.to_lookup(config.paths[i], x, w, config.features[i], dtypes,
                        serving=s,
                        fixed_shape=None if fixed_shapes is None else
                        fixed_shapes[i])

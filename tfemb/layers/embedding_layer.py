@@ -55,7 +55,10 @@ loss_scale.install()
 def _placeholders_as_ids(features):
   """Keras 3 builds an unbuilt subclassed model by calling it on float32
   placeholders of the input shapes (`Model.build`); they carry shapes, not
-  data, so they are read as ids, as Keras' own `Embedding` reads them."""
+  data, so they are read as ids, as Keras' own `Embedding` reads them. The
+  first-generation and SparseCore engines cast float ids themselves, as
+  TensorFlow's do (`tfemb.input_dtypes`); `TPUEmbeddingV0`, TensorFlow's
+  too, casts nothing, and would refuse them."""
   return tf.nest.map_structure(
       lambda x: tf.cast(x, tf.int32) if x.dtype.is_floating else x, features)
 

@@ -50,6 +50,7 @@ from tensorflow.python.trackable import base as trackable
 from tensorflow.python.training.saving import saveable_object  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import input_dtypes
 from tfemb import variable_view
 from tfemb.host import feeding
 from tfemb.host import step
@@ -170,7 +171,10 @@ def lookup(config, tables: Dict[str, tf.Variable], features, weights=None,
   """
   feature_ids, flat, flat_weights = feeding.flat_inputs(config, features,
                                                         weights, False)
-  lookups = feeding.lookups(config, feature_ids, flat, flat_weights, False)
+  # Cast as the trained model's lookup casts (a stacked engine's inputs come
+  # cast to int32 already, by `sparsecore_export.serving_inputs`).
+  lookups = feeding.lookups(config, feature_ids, flat, flat_weights,
+                            input_dtypes.V1, False)
   remaps = remaps or {}
   paths = [_ServingPath(t, {"parameters": tables[t.name]}, remaps.get(t.name))
            for t in config.tables]

@@ -68,10 +68,7 @@ def lookup(path, x, w, feature, batch: int):
     raise ValueError(
         f"{where}: per-id weights are not taken by a CustomCombiner (its "
         "weights are the combiner's own).")
-  x = inputs.as_input(x)
-  if not x.dtype.is_integer:
-    raise inputs.DtypeError(f"{where}: ids must be an integer "
-                            f"tensor, got dtype {x.dtype.name}.")
+  x = inputs.as_input(x)  # int32 ids (`input_rules.prepare`)
   checks = []
   if isinstance(x, (tf.SparseTensor, tf.RaggedTensor)):  # TF's own rules
     x, checks = inputs.structure_checked(path, x, feature.table.name)

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from tensorflow.python.util import nest  # pylint: disable=g-direct-tensorflow-import
 
+from tfemb import input_dtypes
 from tfemb import resolution
 from tfemb.host import feeding
 from tfemb.sparsecore import combiner as combiner_lib
@@ -34,7 +35,8 @@ def lookups(config: resolution.Resolved, features: Any, weights: Any,
   regular = [i for i in feature_ids if i not in combiners.features]
   by_feature = dict(zip(regular, feeding.lookups(
       config, regular, [flat[i] for i in regular],
-      [flat_weights[i] for i in regular], False, output_shapes)))
+      [flat_weights[i] for i in regular], input_dtypes.V2, False,
+      output_shapes)))
   combined, kept = combiners.lookup(flat, flat_weights, output_shapes)
   by_feature.update(combined)
   if id_limits is not None:

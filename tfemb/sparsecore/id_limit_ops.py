@@ -146,6 +146,11 @@ class IdLimitOps:
     Raises:
       id_counting.LimitError: eagerly, for a batch over a limit.
     """
+    if not indices:
+      # Every feature of the batch has a CustomCombiner, whose ids are not
+      # counted: nothing to check (and TfembIdCounts takes one feature at
+      # least), on either path.
+      return [list(p) for p in payloads], None
     feats = [self._features[i] for i in indices]
     # In a graph, TfembIdCounts fails the batch itself, so the check is one
     # op: the tf.cond that words the message in TensorFlow's ops costs the

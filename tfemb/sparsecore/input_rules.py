@@ -12,6 +12,7 @@ from typing import Any, Optional, Tuple
 
 import tensorflow as tf
 
+from tfemb import input_dtypes
 from tfemb import validation
 
 _KINDS = ((tf.SparseTensor, "SparseTensor"), (tf.RaggedTensor, "RaggedTensor"),
@@ -81,10 +82,12 @@ def prepare(path: str, feature: Any, x: Any, w: Any,
   `any_batch`: a dense input may hold any number of samples (a serving
   export's batch), not only `output_shape`'s.
 
-  Raises TensorFlow's `TPUEmbeddingV2` errors, naming the feature: an input
-  that is not a Tensor, SparseTensor or RaggedTensor (numpy arrays and
-  lists included, as on a TPU), weights of another kind than the ids, or a
-  dense input whose size is not the product of `output_shape`.
+  Casts the ids to int32 and the weights to float32, as TensorFlow does
+  (`tfemb.input_dtypes.V2`). Raises TensorFlow's `TPUEmbeddingV2` errors,
+  naming the feature: an input that is not a Tensor, SparseTensor or
+  RaggedTensor (numpy arrays and lists included, as on a TPU), weights of
+  another kind than the ids, string ids or weights (which no cast takes),
+  or a dense input whose size is not the product of `output_shape`.
   """
   kind = _kind(x)
   if kind is None:
@@ -94,6 +97,11 @@ def prepare(path: str, feature: Any, x: Any, w: Any,
   if w is not None and _kind(w) != kind:
     raise ValueError(f"Feature {path!r}: Expect weight to be {kind} type but "
                      f"got {type(w)}")
+  # int32 ids, float32 weights, as TensorFlow casts them for the SparseCore.
+  where = validation.feature(path, feature.table.name)
+  x = input_dtypes.V2.cast_ids(where, x, kind.lower())
+  if w is not None:
+    w = input_dtypes.V2.cast_weights(where, w, kind.lower())
   if kind != "Tensor":
     return x, w
   samples = (None if any_batch else

@@ -52,9 +52,6 @@ def _ids_of(path: str, x: Any, sample_count: int) -> Tuple[np.ndarray,
   else:
     values = tf.reshape(x, [-1])
     samples = tf.range(tf.size(values, out_type=tf.int64))
-  if not values.dtype.is_integer:
-    raise ValueError(f"Feature {path!r}: ids must be integers; got "
-                     f"{values.dtype.name}.")
   ids = values.numpy().astype(np.int64)
   samples = samples.numpy().astype(np.int64)
   if samples.size and (samples.min() < 0 or samples.max() >= sample_count):

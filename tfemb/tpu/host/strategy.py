@@ -28,6 +28,7 @@ from typing import Any, FrozenSet, List, NamedTuple, Optional
 import numpy as np
 import tensorflow as tf
 
+from tfemb.tpu.host import datasets as host_datasets
 from tfemb.tpu.host import devices as host_devices
 from tfemb.tpu.host import system as host_system
 from tfemb.tpu.host import tf_internals
@@ -158,9 +159,13 @@ class HostTPUExtended(tf_internals.MirroredExtended):
   # minutes, with no CPU in use. The host TPU's datasets, and the per-device
   # ones (`tfemb.tpu.host.routes`), run without autotuning (their
   # parallelism is what the program set, or the host's cores).
+  #
+  # And each replica's batch of a distributed dataset comes from one host
+  # iterator (`tfemb.tpu.host.datasets`): no `MultiDeviceIterator`, whose
+  # functions Keras' `fit` would trace again at every epoch.
   def _experimental_distribute_dataset(self, dataset, options):
-    return super()._experimental_distribute_dataset(
-        without_autotuning(dataset), options)
+    return host_datasets.distribute(self, without_autotuning(dataset),
+                                    options)
 
   def _distribute_datasets_from_function(self, dataset_fn, options):
     return super()._distribute_datasets_from_function(

@@ -12,7 +12,9 @@ release moves one, this module is what changes.
   per-device datasets of a multi-device iterator and a distributed
   iterator's `get_next` (what it fetched to the replicas' devices);
 * what a host resolver and strategy build on: the TPU system metadata, a
-  device's attributes, `MirroredExtended`, `Strategy.__init__`;
+  device's attributes, `MirroredExtended`, `Strategy.__init__`, and the
+  distributed dataset and iterator classes `tfemb.tpu.host.datasets`
+  derives from;
 * whether TensorFlow has set up its devices (the CPU can be split into
   logical devices only before).
 """
@@ -21,6 +23,7 @@ from typing import Any, Callable
 
 # pylint: disable=g-direct-tensorflow-import,protected-access
 from tensorflow.python.client import session as session_lib
+from tensorflow.python.data.ops import iterator_ops
 from tensorflow.python.data.ops import multi_device_iterator_ops
 from tensorflow.python.distribute import distribute_lib
 from tensorflow.python.distribute import input_lib
@@ -29,8 +32,10 @@ from tensorflow.python.distribute import tpu_strategy
 from tensorflow.python.distribute.cluster_resolver.tpu import tpu_cluster_resolver
 from tensorflow.python.eager import context
 from tensorflow.python.eager import remote
+from tensorflow.python.framework import composite_tensor
 from tensorflow.python.framework import config
 from tensorflow.python.framework import ops
+from tensorflow.python.framework import type_spec
 from tensorflow.python.tpu import tpu_hardware_feature
 from tensorflow.python.tpu import tpu_strategy_util
 from tensorflow.python.tpu import tpu_system_metadata
@@ -66,6 +71,19 @@ distributed_iterator_get_next = input_lib.DistributedIterator.get_next
 TPUSystemMetadata = tpu_system_metadata.TPUSystemMetadata
 HardwareFeature = tpu_hardware_feature.HardwareFeature
 MirroredExtended = mirrored_strategy.MirroredExtended
+
+# A distributed dataset and its iterators (`input_lib`), which
+# `tfemb.tpu.host.datasets` subclasses to read each replica's batch from one
+# host iterator, and the base classes of its own iterator type.
+DistributedDataset = input_lib.DistributedDataset
+DistributedIterator = input_lib.DistributedIterator
+DistributedIteratorSpec = input_lib.DistributedIteratorSpec
+SingleWorkerOwnedDatasetIterator = input_lib._SingleWorkerOwnedDatasetIterator
+SingleWorkerDatasetIteratorSpec = input_lib._SingleWorkerDatasetIteratorSpec
+PER_REPLICA = distribute_lib.InputReplicationMode.PER_REPLICA
+CompositeTensor = composite_tensor.CompositeTensor
+TypeSpec = type_spec.TypeSpec
+IteratorSpec = iterator_ops.IteratorSpec
 
 
 def device_attributes(name: str, device_type: str) -> Any:
