@@ -123,18 +123,23 @@ def test_a_batch_fetched_to_the_tpus_devices_is_refused(tpu, where):
   np.testing.assert_array_equal(_table(embedding), INIT)
 
 
-def test_the_same_batch_kept_on_the_host_trains(tpu):
+@pytest.mark.parametrize("how", ["kept on the host", "iterator argument"])
+def test_the_same_batch_trains_where_tensorflow_sees_no_tpu_device(tpu,
+                                                                     how):
+  """Kept on the host (`experimental_fetch_to_device=False`), or read from
+  an iterator a `tf.function` takes as its argument (as Keras' `fit` does),
+  whose batches name no device in TensorFlow's own iterator either."""
   strategy, _ = tpu
   embedding = _engine(strategy)
-  ids, batches = _ids(strategy, fetch_to_device=False)
+  ids, batches = _ids(strategy, fetch_to_device=how == "iterator argument")
 
   @tf.function
-  def step():
-    embedding.enqueue(next(batches), training=True)
+  def step(iterator):
+    embedding.enqueue(next(iterator), training=True)
     strategy.run(lambda: embedding.apply_gradients(
         {"f": tf.ones_like(embedding.dequeue()["f"])}))
 
-  step()
+  step(batches)
   want = reference.Table(INIT, "sgd", {})
   want.apply(reference.row_gradients(zip(ids, np.ones((len(ids), DIM)))),
              0.5)

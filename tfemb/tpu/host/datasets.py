@@ -35,11 +35,17 @@ def _copy(value):
 class ReplicaBatches(tf_internals.CompositeTensor):
   """`MultiDeviceIterator`'s interface over one plain iterator: each call
   takes one element per device, in the devices' order, each placed on its
-  device."""
+  device.
+
+  Rebuilt from its components (a `tf.function`'s argument, as Keras passes
+  its iterator), it places nothing, as TensorFlow's iterator rebuilt so
+  places nothing: its batches name no device, which TensorFlow's TPU
+  engine reads as on the host (`tfemb.tpu.host.tpu_rules`)."""
 
   def __init__(self, dataset=None, devices: Sequence[str] = (),
                components=None, element_spec=None):
     self._devices = tuple(devices)
+    self._placed = dataset is not None
     if dataset is not None:
       self._iterator = iter(dataset)
       self._element_spec = dataset.element_spec
@@ -53,6 +59,9 @@ class ReplicaBatches(tf_internals.CompositeTensor):
     batches = []
     for device_name in self._devices:  # in order: replica k gets the k-th
       value = self._iterator.get_next()
+      if not self._placed:
+        batches.append(value)
+        continue
       with tf.device(device_name):
         batches.append(_copy(value))
     return batches

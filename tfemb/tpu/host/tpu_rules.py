@@ -15,9 +15,10 @@ For `TPUEmbedding` (embedding hardware V1), as TensorFlow 2.21's
   `experimental_fetch_to_device=False` (`_raise_error_for_inputs_not_on_cpu`):
   the replicas' devices stand for the TPU's, so a batch `next(iterator)`
   placed on them is refused where TensorFlow's check sees a device
-  (eagerly, and the iterator's own outputs in a `tf.function`; not the
-  outputs of the conditional an iterator of partial batches returns,
-  which name none);
+  (eagerly, and the outputs of an iterator a `tf.function` captured; not
+  those of an iterator it takes as its argument, nor the conditional's an
+  iterator of partial batches returns, which name none in TensorFlow's own
+  iterator too);
 * inside `strategy.run`, its inputs must be the replica function's
   arguments, not computed from them (`_raise_error_for_non_direct_inputs`).
 
