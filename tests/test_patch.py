@@ -5,6 +5,7 @@ modules stays TensorFlow's; on a TPU TensorFlow's own engines construct as
 without the patch; `undo()` removes the hooks (docs/tpu.md, "Running a TPU
 codebase unchanged")."""
 
+import inspect
 import os
 import subprocess
 import sys
@@ -123,8 +124,19 @@ def test_patches_nest_as_a_stack():
   tfemb.unpatch()
   assert not routed() and not patching._ACTIVE  # pylint: disable=protected-access
   assert "__new__" not in vars(tpu_embedding_v2.TPUEmbedding) or (
-      vars(tpu_embedding_v2.TPUEmbedding)["__new__"].__func__ is
-      tfemb.object_hooks._object_new)  # pylint: disable=protected-access
+      vars(tpu_embedding_v2.TPUEmbedding)["__new__"].__func__
+      .builds_as_object_new)
+
+
+@pytest.mark.parametrize("name", sorted(ORIGINAL))
+def test_a_patch_leaves_tensorflows_signatures_as_they_were(name):
+  """What `inspect` (so `help()`, IDEs and tests/test_namespace.py) shows
+  for TensorFlow's class, while patched and after."""
+  before = inspect.signature(ORIGINAL[name])
+  assert "feature_config" in before.parameters
+  with tfemb.patch():
+    assert inspect.signature(ORIGINAL[name]) == before
+  assert inspect.signature(ORIGINAL[name]) == before
 
 
 def test_tpu_code_trains_with_the_tpus_numbers_under_the_patch():

@@ -90,16 +90,25 @@ class ClassHook:
       # CPython cannot give a class back `object.__new__` once it had a
       # `__new__` of its own (its type slot stays the Python-level one,
       # and `object.__new__` then refuses the arguments): one that builds
-      # as `object.__new__` does stays instead.
-      self.cls.__new__ = staticmethod(_object_new)
+      # as `object.__new__` does stays instead, showing the class's own
+      # signature to `inspect` as before.
+      self.cls.__new__ = staticmethod(_object_new_of(self.cls))
     else:
       del self.cls.__new__
     self._saved = None
 
 
-def _object_new(klass, *args, **kwargs):
-  del args, kwargs  # `__init__`'s, as `object.__new__` ignores them
-  return object.__new__(klass)
+def _object_new_of(cls: type) -> Callable[..., Any]:
+  """A `__new__` for `cls` that builds as `object.__new__` does, with the
+  signature `inspect` showed for `cls(...)` before it had one."""
+
+  def __new__(klass, *args, **kwargs):  # pylint: disable=invalid-name
+    del args, kwargs  # `__init__`'s, as `object.__new__` ignores them
+    return object.__new__(klass)
+
+  __new__.__signature__ = _signature(cls)
+  __new__.builds_as_object_new = True
+  return __new__
 
 
 def _signature(cls: type) -> Optional[inspect.Signature]:

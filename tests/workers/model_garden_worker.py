@@ -7,11 +7,15 @@ prints what the test checks as JSON.
 (STRATEGY: default; mirrored, over 2 logical CPUs; or tpu: Model Garden's
 `distribution_strategy: tpu`, its own `get_distribution_strategy("tpu")`,
 on tfemb's host v5p-8, then the same model trained from the same start on
-the TPU branch and on the CPU path side by side). Needs tf_keras (`TF_USE_LEGACY_KERAS=1`), as Model
+the TPU branch and, in a process of its own (STRATEGY cpu-path), on the
+CPU path). Needs tf_keras (`TF_USE_LEGACY_KERAS=1`), as Model
 Garden does.
 """
 
 import json
+import os
+import pickle
+import subprocess
 import sys
 
 import numpy as np
@@ -72,42 +76,82 @@ def _zero_optimizer(model):
     v.assign(tf.zeros_like(v))
 
 
-def cpu_twin(experiment, tpu_strategy, batches):
+def _zero_and_train(model, batches):
+  """The optimizer back to a fresh start, then a train step per batch;
+  returns the losses."""
+  _zero_optimizer(model)
+  return [float(model.train_on_batch(*batch, return_dict=True)["loss"])
+          for batch in batches]
+
+
+def _start_from(model, layer, start, dense):
+  """The model's tables (unstacked rows by name) and dense weights set."""
+  engine = getattr(layer, "_tpu_embedding", None)
+  if type(engine).__name__ == "TPUEmbeddingV2":
+    start = table_stacking.to_stacked(engine._stacking, start)  # pylint: disable=protected-access
+    for name, variable in layer.embedding_tables.items():
+      variable.assign(start[name])
+  else:
+    for table, variable in layer.embedding_tables.items():
+      variable.assign(start[table.name])
+  for variable, value in zip(model.dense_trainable_variables, dense):
+    variable.assign(value)
+
+
+def cpu_path(experiment, work_dir):
+  """The CPU path's half of `cpu_twin`, in a process with no TPU emulated
+  (the patch gives tfemb's layer on the default strategy, the CPU path):
+  the model from the start `work_dir/twin.pkl` holds, trained on its
+  batches; writes what `cpu_twin` compares to `work_dir/cpu.pkl`."""
+  with open(os.path.join(work_dir, "twin.pkl"), "rb") as f:
+    given = pickle.load(f)
+  model = make_task(experiment)[1].build_model()
+  batches = given["batches"]
+  model.train_on_batch(*batches[0])  # builds the tables
+  layer = getattr(model._embedding_layer, "tpu_embedding",  # pylint: disable=protected-access
+                  model._embedding_layer)  # pylint: disable=protected-access
+  assert type(layer).__module__.startswith("tfemb."), type(layer)
+  _start_from(model, layer, given["tables"], given["dense"])
+  losses = _zero_and_train(model, batches[1:])
+  with open(os.path.join(work_dir, "cpu.pkl"), "wb") as f:
+    pickle.dump({
+        "losses": losses, "tables": tables(layer),
+        "dense": [v.numpy() for v in model.dense_trainable_variables],
+        "predictions": model.predict(batches[0][0],
+                                     batch_size=len(batches[0][1]),
+                                     verbose=0)}, f)
+
+
+def cpu_twin(experiment, tpu_strategy, batches, work_dir):
   """The TPU branch against the CPU path from the same start: the model
-  built under `tpu_strategy` (the host TPU's, 4 replicas) and under the
-  default strategy (one replica, the global batch), the CPU one's tables
-  and dense weights copied into the TPU one's (stacked as the SparseCore
-  stacks them), both optimizers reset, then the same batches. Returns the
-  largest differences of the steps' losses, the tables and the dense
-  weights."""
-  models = {}
-  for name, strategy in (("cpu", tf.distribute.get_strategy()),
-                         ("tpu", tpu_strategy)):
-    with strategy.scope():
-      models[name] = make_task(experiment)[1].build_model()
-    models[name].train_on_batch(*batches[0])  # builds the tables
-  layers = {n: getattr(m._embedding_layer, "tpu_embedding",  # pylint: disable=protected-access
-                       m._embedding_layer) for n, m in models.items()}  # pylint: disable=protected-access
-  assert type(layers["tpu"]._tpu_embedding).__name__ == "TPUEmbeddingV2"  # pylint: disable=protected-access
-  start = tables(layers["cpu"])
-  engine = layers["tpu"]._tpu_embedding  # pylint: disable=protected-access
-  stacked = table_stacking.to_stacked(engine._stacking, start)  # pylint: disable=protected-access
-  for name, variable in layers["tpu"].embedding_tables.items():
-    variable.assign(stacked[name])
-  dense = {n: m.dense_trainable_variables for n, m in models.items()}
-  assert [v.shape for v in dense["cpu"]] == [v.shape for v in dense["tpu"]]
-  for ours, theirs in zip(dense["tpu"], dense["cpu"]):
-    ours.assign(theirs)
-  losses = {n: [] for n in models}
-  for model in models.values():
-    _zero_optimizer(model)
-  for batch in batches[1:]:
-    for name, model in models.items():
-      losses[name].append(float(model.train_on_batch(
-          *batch, return_dict=True)["loss"]))
-  last = {n: tables(layer) for n, layer in layers.items()}
-  held = {n: m.predict(batches[0][0], batch_size=len(batches[0][1]),
-                       verbose=0) for n, m in models.items()}
+  built under `tpu_strategy` (the host TPU's, 4 replicas) here, and under
+  the default strategy in a process of its own (`cpu_path`): while a TPU
+  type is emulated, a model built outside its TPUStrategy gets tfrs' own
+  layer, as on a TPU's host. The CPU model starts from the TPU one's
+  tables (unstacked) and dense weights, both optimizers reset, then the
+  same batches. Returns the largest differences of the tables, the dense
+  weights and the predictions, and the steps' losses."""
+  with tpu_strategy.scope():
+    model = make_task(experiment)[1].build_model()
+  model.train_on_batch(*batches[0])  # builds the tables
+  layer = model._embedding_layer.tpu_embedding  # pylint: disable=protected-access
+  assert type(layer._tpu_embedding).__name__ == "TPUEmbeddingV2"  # pylint: disable=protected-access
+  start = tables(layer)
+  dense = [v.numpy() for v in model.dense_trainable_variables]
+  with open(os.path.join(work_dir, "twin.pkl"), "wb") as f:
+    pickle.dump({"tables": start, "dense": dense, "batches": batches}, f)
+  _start_from(model, layer, start, dense)
+  done = subprocess.run(
+      [sys.executable, __file__, experiment, "cpu-path", work_dir],
+      capture_output=True, text=True, timeout=600, check=False)
+  assert done.returncode == 0, done.stderr[-4000:]
+  losses = {"tpu": _zero_and_train(model, batches[1:])}
+  last = {"tpu": tables(layer)}
+  with open(os.path.join(work_dir, "cpu.pkl"), "rb") as f:
+    cpu = pickle.load(f)
+  losses["cpu"], last["cpu"] = cpu["losses"], cpu["tables"]
+  held = {"tpu": model.predict(batches[0][0], batch_size=len(batches[0][1]),
+                               verbose=0), "cpu": cpu["predictions"]}
   return {
       # tf_keras logs the first replica's loss under a TPUStrategy (the
       # sum of the replicas' elsewhere), as on a TPU: a quarter of the
@@ -119,8 +163,9 @@ def cpu_twin(experiment, tpu_strategy, batches):
                           for t in start),
       "tables": max(float(np.abs(last["tpu"][t] - last["cpu"][t]).max())
                     for t in start),
-      "dense": max(float(np.abs(a.numpy() - b.numpy()).max())
-                   for a, b in zip(dense["tpu"], dense["cpu"])),
+      "dense": max(float(np.abs(a.numpy() - b).max())
+                   for a, b in zip(model.dense_trainable_variables,
+                                   cpu["dense"])),
   }
 
 
@@ -171,7 +216,7 @@ def main(experiment, strategy_name, checkpoint_dir):
   if strategy_name == "tpu":
     twin = cpu_twin(experiment, strategy, [
         tf.nest.map_structure(lambda t: t.numpy(), next(batches))
-        for _ in range(TWIN_STEPS + 1)])
+        for _ in range(TWIN_STEPS + 1)], checkpoint_dir)
   print(json.dumps({
       "layer": type(layer).__module__ + "." + type(layer).__name__,
       "replicas": strategy.num_replicas_in_sync,
@@ -187,4 +232,8 @@ def main(experiment, strategy_name, checkpoint_dir):
 
 
 if __name__ == "__main__":
-  main(*sys.argv[1:])
+  if sys.argv[2] == "cpu-path":
+    tf.keras.utils.set_random_seed(SEED)
+    cpu_path(sys.argv[1], sys.argv[3])
+  else:
+    main(*sys.argv[1:])

@@ -67,6 +67,21 @@ class Engine(autotrackable.AutoTrackable):
 
   _core: "EngineCore"
 
+  def __init_subclass__(cls, **kwargs):
+    """An engine that is also an instance of TensorFlow's class (its
+    `tf.function` methods read a TPU's state this engine does not have)
+    holds none of those methods: a SavedModel traces every `tf.function`
+    an object holds."""
+    super().__init_subclass__(**kwargs)
+    for base in cls.__mro__[1:]:
+      if not base.__module__.startswith("tensorflow."):
+        continue
+      for name, value in vars(base).items():
+        if (isinstance(value, tf.types.experimental.PolymorphicFunction) and
+            not any(name in vars(own) for own in cls.__mro__
+                    if not own.__module__.startswith("tensorflow."))):
+          setattr(cls, name, None)
+
   def build(self, *args, **kwargs):
     raise NotImplementedError
 
