@@ -86,6 +86,32 @@ def test_a_tpu_program_runs_as_the_type(tpu, feature, cores, engine):
                              atol=1e-6)
 
 
+@pytest.mark.parametrize("tpu", ["v3-8", "v5p-8"])
+def test_an_iterator_made_in_a_function_reads_every_replicas_batch(tpu):
+  """TensorFlow's own per-replica iterator, made inside a `tf.function`,
+  blocks a thread of TensorFlow's inter-op pool per replica: with the
+  host's few cores' threads, the program stopped for good. The host TPU
+  gives the pool a thread per replica and two more where the host has
+  fewer cores (tfemb/tpu/host/devices.py); a size the program set stays."""
+  done = _run(["-m", "tfemb.run", "--tpu", tpu,
+               str(helpers.WORKERS / "iterator_in_function.py")])
+  result = _result(done)
+  n = result["replicas"]
+  assert n == {"v3-8": 8, "v5p-8": 4}[tpu]
+  # Step s, replica r: elements 2 (s n + r) and the next, times 10.
+  assert result["steps"] == [
+      [[10 * (2 * (s * n + r)), 10 * (2 * (s * n + r) + 1)]
+       for r in range(n)] for s in range(2)]
+  assert result["inter_op_threads"] == (
+      0 if result["cpus"] >= n + 2 else n + 2)
+  chosen = _result(_run(
+      ["-m", "tfemb.run", "--tpu", tpu,
+       str(helpers.WORKERS / "iterator_in_function.py")],
+      env={"TF_NUM_INTEROP_THREADS": str(n + 5)}))
+  assert chosen["steps"] == result["steps"]
+  assert chosen["inter_op_threads"] == 0  # TensorFlow reads the variable
+
+
 def test_an_unknown_type_fails_before_the_program():
   done = _run(["-m", "tfemb.run", "--tpu", "v9-8", PROGRAM])
   assert done.returncode == 2
