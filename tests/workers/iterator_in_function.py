@@ -1,8 +1,9 @@
-"""A TPU program that makes its distributed dataset's iterator inside a
-`tf.function` (TensorFlow's `MultiDeviceIterator`, one blocking read per
-replica): under `python -m tfemb.run --tpu TYPE`, it must finish. Prints,
-as JSON, each replica's batches of two steps and TensorFlow's inter-op
-pool size."""
+"""A TPU program that makes its distributed datasets' iterators inside a
+`tf.function` (on a TPU, TensorFlow's `MultiDeviceIterator`: a blocking
+read per replica): under `python -m tfemb.run --tpu TYPE` it must finish,
+whatever the size of TensorFlow's inter-op pool. Prints, as JSON, each
+replica's batches of two steps of `experimental_distribute_dataset` and of
+`distribute_datasets_from_function`."""
 
 import json
 import os
@@ -15,22 +16,25 @@ tf.tpu.experimental.initialize_tpu_system(resolver)
 strategy = tf.distribute.TPUStrategy(resolver)
 replicas = strategy.num_replicas_in_sync
 batches = tf.data.Dataset.range(4 * replicas).batch(2 * replicas)
-distributed = strategy.experimental_distribute_dataset(batches)
+distributed = {
+    "dataset": strategy.experimental_distribute_dataset(batches),
+    "from_function": strategy.distribute_datasets_from_function(
+        lambda context: tf.data.Dataset.range(4 * replicas).batch(2)),
+}
 
 
 @tf.function
-def two_steps():
-  iterator = iter(distributed)  # made here: TensorFlow's own iterator
+def two_steps(dataset):
+  iterator = iter(dataset)  # made here
   return [strategy.run(lambda x: x * 10, args=(next(iterator),))
           for _ in range(2)]
 
 
-steps = two_steps()
 print(json.dumps({
     "replicas": replicas,
-    "steps": [[v.numpy().tolist()
+    "inter_op_threads": os.environ.get("TF_NUM_INTEROP_THREADS"),
+    **{kind: [[v.numpy().tolist()
                for v in strategy.experimental_local_results(step)]
-              for step in steps],
-    "inter_op_threads": tf.config.threading.get_inter_op_parallelism_threads(),
-    "cpus": os.cpu_count(),
+              for step in two_steps(dataset)]
+       for kind, dataset in distributed.items()},
 }))

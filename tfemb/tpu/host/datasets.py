@@ -15,9 +15,13 @@ takes the replicas' batches from it in turn, replica k the k-th, which is
 how `MultiDeviceIterator` deals them out. Making one traces nothing.
 
 Everything else is TensorFlow's: the rebatching and sharding, the
-partial-batch handling, the `PerReplica` values. Only eager iteration
-takes this path; an iterator made inside a `tf.function` (traced once) is
-TensorFlow's.
+partial-batch handling, the `PerReplica` values. `distribute_datasets_
+from_function`'s datasets are read so too, and so is an iterator made
+inside a `tf.function`: there `MultiDeviceIterator`'s read of each
+replica's batch holds a thread of TensorFlow's inter-op pool while it
+waits, and with fewer threads than replicas (a thread per core by
+default) the thread that fills the buffers never runs, and the program
+stops.
 """
 
 from typing import Any, Sequence
@@ -189,30 +193,65 @@ class _IteratorSpec(_Rebuilds, tf_internals.DistributedIteratorSpec):
             for spec in super()._component_specs]
 
 
+def _host_iterator(distributed, datasets) -> "_Iterator":
+  """The iterator of `distributed` (TensorFlow's distributed dataset of
+  either kind) over its workers' `datasets`, each worker's replicas reading
+  one iterator of its dataset: what TensorFlow's `__iter__` builds, with
+  `_WorkerIterator`s for its per-worker iterators."""
+  workers = distributed._input_workers  # pylint: disable=protected-access
+  canonicalize = getattr(distributed._strategy, "_canonicalize_devices", True)  # pylint: disable=protected-access
+  iterators = []
+  for i, worker in enumerate(workers.worker_devices):
+    with tf.device(worker):
+      iterators.append(_WorkerIterator(
+          dataset=datasets[i], worker=worker,
+          devices=workers.compute_devices_for_worker(i),
+          options=distributed._options, canonicalize_devices=canonicalize))  # pylint: disable=protected-access
+  order = getattr(distributed, "_replica_order", None)  # where TF has it
+  iterator = _Iterator(
+      workers, iterators, distributed._strategy,  # pylint: disable=protected-access
+      cardinality=distributed._cardinality,  # pylint: disable=protected-access
+      enable_get_next_as_optional=distributed._enable_get_next_as_optional,  # pylint: disable=protected-access
+      options=distributed._options,  # pylint: disable=protected-access
+      **({} if order is None else {"replica_order": order}))
+  iterator._element_spec = distributed._element_spec  # pylint: disable=protected-access
+  return iterator
+
+
 class _Dataset(tf_internals.DistributedDataset):
-  """TensorFlow's `DistributedDataset`, whose eager iterators are
+  """TensorFlow's `DistributedDataset`, whose iterators, eager or made in
+  a `tf.function` (the dataset passed to it as an argument too), are
   `_Iterator`s of `_WorkerIterator`s."""
 
   def __iter__(self):
-    if not tf.executing_eagerly():
-      return super().__iter__()
-    workers = self._input_workers
-    canonicalize = getattr(self._strategy, "_canonicalize_devices", True)
-    iterators = []
-    for i, worker in enumerate(workers.worker_devices):
-      with tf.device(worker):
-        iterators.append(_WorkerIterator(
-            dataset=self._cloned_datasets[i], worker=worker,
-            devices=workers.compute_devices_for_worker(i),
-            options=self._options, canonicalize_devices=canonicalize))
-    order = getattr(self, "_replica_order", None)  # where TensorFlow has it
-    iterator = _Iterator(
-        workers, iterators, self._strategy, cardinality=self._cardinality,
-        enable_get_next_as_optional=self._enable_get_next_as_optional,
-        options=self._options,
-        **({} if order is None else {"replica_order": order}))
-    iterator._element_spec = self._element_spec  # pylint: disable=protected-access
-    return iterator
+    return _host_iterator(self, self._cloned_datasets)
+
+  @property
+  def _type_spec(self):
+    return _as(super()._type_spec, _DatasetSpec)
+
+
+class _DatasetSpec(_Rebuilds, tf_internals.DistributedDatasetSpec):
+  __slots__ = []
+  _value = _Dataset
+
+
+class _DatasetsFromFunction(tf_internals.DistributedDatasetsFromFunction):
+  """TensorFlow's `DistributedDatasetsFromFunction`, iterated as
+  `_Dataset`."""
+
+  def __iter__(self):
+    return _host_iterator(self, self._datasets)
+
+  @property
+  def _type_spec(self):
+    return _as(super()._type_spec, _DatasetsFromFunctionSpec)
+
+
+class _DatasetsFromFunctionSpec(
+    _Rebuilds, tf_internals.DistributedDatasetsFromFunctionSpec):
+  __slots__ = []
+  _value = _DatasetsFromFunction
 
 
 def distribute(extended: Any, dataset: tf.data.Dataset, options) -> Any:
@@ -229,3 +268,11 @@ def distribute(extended: Any, dataset: tf.data.Dataset, options) -> Any:
       dataset=dataset,
       num_replicas_in_sync=extended._num_replicas_in_sync,  # pylint: disable=protected-access
       options=options)
+
+
+def distribute_from_function(extended: Any, dataset_fn, options) -> Any:
+  """`extended`'s (a `MirroredExtended`'s)
+  `distribute_datasets_from_function` of `dataset_fn`: TensorFlow's,
+  iterated as this module says."""
+  return _as(tf_internals.mirrored_datasets_from_function(
+      extended, dataset_fn, options), _DatasetsFromFunction)

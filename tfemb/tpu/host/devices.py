@@ -5,17 +5,8 @@ its devices (the first tensor, variable or device query does). So
 `tfemb.patch(tpu=TYPE)` splits it at once, into as many devices as the type
 has replicas (more if a configuration already asked for more), and refuses
 with what to do where TensorFlow has already set up fewer.
-
-At the same time it gives TensorFlow's inter-op thread pool a thread per
-replica and two more, where the host has fewer cores and the program set
-no size: each replica of a distributed dataset's iterator made in a
-`tf.function` (TensorFlow's `MultiDeviceIterator`) blocks a pool thread
-while it waits for its batch, and with fewer threads than replicas the
-thread that would fill the buffers never runs: the program stops, with no
-CPU in use.
 """
 
-import os
 from typing import List, Sequence
 
 import tensorflow as tf
@@ -50,31 +41,12 @@ def configure(tpu_type: tpu_types.TPUType) -> None:
           "import tfemb first, or run the program with `python -m tfemb.run "
           f"--tpu {tpu_type.name} script.py`.")
     return
-  _enough_inter_op_threads(wanted)
   cpu = tf.config.list_physical_devices("CPU")[0]
   existing = tf.config.get_logical_device_configuration(cpu) or []
   if len(existing) >= wanted:
     return
   tf.config.set_logical_device_configuration(
       cpu, [tf.config.LogicalDeviceConfiguration()] * wanted)
-
-
-def inter_op_threads_for(replicas: int) -> int:
-  """The inter-op threads `replicas` replicas on the host need."""
-  return replicas + 2
-
-
-def _enough_inter_op_threads(replicas: int) -> None:
-  """Sizes TensorFlow's inter-op pool for `replicas` replicas (see the
-  module's docstring), unless the program chose a size
-  (`tf.config.threading` or `TF_NUM_INTEROP_THREADS`) or the host's cores
-  give enough already (TensorFlow's default is a thread per core)."""
-  wanted = inter_op_threads_for(replicas)
-  if (tf.config.threading.get_inter_op_parallelism_threads() or
-      os.environ.get("TF_NUM_INTEROP_THREADS") or
-      (os.cpu_count() or 1) >= wanted):
-    return
-  tf.config.threading.set_inter_op_parallelism_threads(wanted)
 
 
 def replica_devices(tpu_type: tpu_types.TPUType,

@@ -160,16 +160,19 @@ class HostTPUExtended(tf_internals.MirroredExtended):
   # ones (`tfemb.tpu.host.routes`), run without autotuning (their
   # parallelism is what the program set, or the host's cores).
   #
-  # And each replica's batch of a distributed dataset comes from one host
-  # iterator (`tfemb.tpu.host.datasets`): no `MultiDeviceIterator`, whose
-  # functions Keras' `fit` would trace again at every epoch.
+  # And each replica's batch of a distributed dataset (of either kind,
+  # iterated eagerly or in a `tf.function`) comes from one host iterator
+  # (`tfemb.tpu.host.datasets`): no `MultiDeviceIterator`, whose functions
+  # Keras' `fit` would trace again at every epoch, and whose blocking reads
+  # in a `tf.function` need an inter-op thread per replica.
   def _experimental_distribute_dataset(self, dataset, options):
     return host_datasets.distribute(self, without_autotuning(dataset),
                                     options)
 
   def _distribute_datasets_from_function(self, dataset_fn, options):
-    return super()._distribute_datasets_from_function(
-        lambda context: without_autotuning(dataset_fn(context)), options)
+    return host_datasets.distribute_from_function(
+        self, lambda context: without_autotuning(dataset_fn(context)),
+        options)
 
   def _in_multi_worker_mode(self) -> bool:
     return False

@@ -76,6 +76,10 @@ MirroredExtended = mirrored_strategy.MirroredExtended
 # `tfemb.tpu.host.datasets` subclasses to read each replica's batch from one
 # host iterator, and the base classes of its own iterator type.
 DistributedDataset = input_lib.DistributedDataset
+DistributedDatasetsFromFunction = input_lib.DistributedDatasetsFromFunction
+DistributedDatasetSpec = input_lib.DistributedDatasetSpec
+DistributedDatasetsFromFunctionSpec = (
+    input_lib.DistributedDatasetsFromFunctionSpec)
 DistributedIterator = input_lib.DistributedIterator
 DistributedIteratorSpec = input_lib.DistributedIteratorSpec
 SingleWorkerOwnedDatasetIterator = input_lib._SingleWorkerOwnedDatasetIterator
@@ -100,6 +104,12 @@ def init_strategy_base(strategy, extended) -> None:
 def call_for_each_replica(extended, fn: Callable[..., Any], args, kwargs):
   """`MirroredExtended`'s replica loop: `fn` on every replica."""
   return extended._call_for_each_replica(fn, args, kwargs)
+
+
+def mirrored_datasets_from_function(extended, dataset_fn, options) -> Any:
+  """`MirroredExtended`'s `distribute_datasets_from_function`."""
+  return mirrored_strategy.MirroredExtended._distribute_datasets_from_function(
+      extended, dataset_fn, options)
 
 
 def devices_set_up() -> bool:
