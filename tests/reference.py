@@ -123,6 +123,22 @@ def cast_ids(values, bits):
   return out
 
 
+def dealt_batches(elements, replicas, per_replica, steps):
+  """docs/tpu.md, "Datasets": the batches a distributed dataset deals out,
+  `[step][replica]`: the elements in order, `per_replica` to each replica
+  in turn, replica k of a step the k-th slice (what TensorFlow's
+  `MultiDeviceIterator` and the host TPU's iterator give)."""
+  elements = list(elements)
+  out = []
+  for s in range(steps):
+    step = []
+    for r in range(replicas):
+      first = (s * replicas + r) * per_replica
+      step.append(elements[first:first + per_replica])
+    out.append(step)
+  return out
+
+
 # --- the update --------------------------------------------------------------
 
 def _clip(x, lo, hi):

@@ -101,11 +101,10 @@ def test_an_iterator_made_in_a_function_reads_every_replicas_batch(tpu):
   n = result["replicas"]
   assert n == {"v3-8": 8, "v5p-8": 4}[tpu]
   assert result["inter_op_threads"] == "2"
-  # Step s, replica r: elements 2 (s n + r) and the next, times 10 (the
-  # global batch of 2n split in order; the function's dataset of batches
-  # of 2 dealt out in turn).
-  want = [[[10 * (2 * (s * n + r)), 10 * (2 * (s * n + r) + 1)]
-           for r in range(n)] for s in range(2)]
+  # The program's datasets: range(4n) in global batches of 2n (split in
+  # order) and in batches of 2 (dealt out in turn).
+  elements = range(4 * n)
+  want = reference.dealt_batches(elements, n, 2, steps=2)
   assert result["dataset"] == want
   assert result["from_function"] == want
 
