@@ -56,6 +56,11 @@ class ReplicaBatches(tf_internals.CompositeTensor):
     else:
       (self._iterator,), self._element_spec = components, element_spec
 
+  @property
+  def iterator(self):
+    """The one plain iterator every replica's batch is read from."""
+    return self._iterator
+
   def get_next(self, device=None):
     if device is not None:
       raise ValueError("A host TPUStrategy's input deals one batch to every "
@@ -116,7 +121,7 @@ class ReplicaBatchesSpec(tf_internals.TypeSpec):
     return [tf_internals.IteratorSpec(self._element_spec)]
 
   def _to_components(self, value):
-    return [value._iterator]  # pylint: disable=protected-access
+    return [value.iterator]
 
   def _from_components(self, components):
     return ReplicaBatches(devices=self._devices, components=components,
