@@ -23,12 +23,17 @@ alternating rounds, and reports:
 * `traces_later_epochs`: how many times the train step was traced in the
   epochs after the first (fit called again: none is expected).
 
-Beside the host TPU types, TensorFlow alone, without tfemb, on the dense
-part (the model's head on precomputed activations): `dense-cpu` on the
-default strategy and `dense-mirrored-N` under `MirroredStrategy` over N
-logical CPU devices, the replicas' own cost that no embedding engine can
+Beside the host TPU types, the dense part alone: the model's head (Keras'
+`Concatenate` of the 8 features' activations, `Dense(1)`) on precomputed
+activations, given as the layer would give them. TensorFlow alone,
+without tfemb: `dense-cpu` on the default strategy and `dense-mirrored-N`
+under `MirroredStrategy` over N logical CPU devices; and `dense-v3-8`,
+`dense-v5p-8`: the head as that TPU type (the host TPU's strategy and
+datasets, no embedding). A type's floor is the CPU branch's step plus
+what the replicas add to the head alone on as many replicas, in the same
+round (`_summary`): the replicas' own cost, which no embedding engine can
 remove. The report puts each kind's step beside the CPU branch's of the
-same round.
+same round, and each type's beside its floors.
 
     python -m benchmarks.host_tpu                  # 3 rounds, every kind
     python -m benchmarks.host_tpu --rounds 1 --kinds cpu,v3-8
@@ -43,17 +48,26 @@ import os
 import statistics
 import sys
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from benchmarks import cli
 from benchmarks import runner
 from benchmarks import workload as workload_lib
 
 TPU_KINDS = ("v3-8", "v6e-8", "v5p-8")
+# The head alone as a TPU type of 8 and of 4 replicas (`_summary`).
+DENSE_TPU_KINDS = {8: "dense-v3-8", 4: "dense-v5p-8"}
 KINDS = ("cpu",) + TPU_KINDS + ("dense-cpu", "dense-mirrored-8",
-                                "dense-mirrored-4")
+                                "dense-mirrored-4") + tuple(
+                                    DENSE_TPU_KINDS.values())
 REPLICAS = {"v3-8": 8, "v6e-8": 8, "v5p-8": 4, "dense-mirrored-8": 8,
-            "dense-mirrored-4": 4}
+            "dense-mirrored-4": 4, "dense-v3-8": 8, "dense-v5p-8": 4}
+
+
+def _tpu_type(kind: str) -> Optional[str]:
+  """The TPU type a kind runs as (its head alone, for a dense one)."""
+  tpu = kind[len("dense-"):] if kind.startswith("dense-") else kind
+  return tpu if tpu in TPU_KINDS else None
 STEPS_PER_EXECUTION = 10
 
 
@@ -95,11 +109,11 @@ def _model(keras, work, kind: str):
   import tfemb  # pylint: disable=g-import-not-at-top
   import tfemb.layers  # pylint: disable=g-import-not-at-top
   per_replica = work.batch // REPLICAS.get(kind, 1)
-  batch_size = per_replica if kind in TPU_KINDS else None
-  if kind.startswith("dense"):
-    inputs = keras.Input(shape=(work.features * work.dim,),
-                         batch_size=batch_size, name="activations")
-    head = keras.layers.Dense(1)(inputs)
+  batch_size = per_replica if _tpu_type(kind) else None
+  if kind.startswith("dense"):  # the activations the layer would give
+    inputs = {n: keras.Input(shape=(work.dim,), batch_size=batch_size,
+                             name=n) for n in work.names}
+    activations = inputs
   else:
     shape = [per_replica] if kind in TPU_KINDS else None
     features = {
@@ -111,8 +125,8 @@ def _model(keras, work, kind: str):
     inputs = {n: keras.Input(shape=(), batch_size=batch_size, dtype="int64",
                              name=n) for n in work.names}
     activations = layer(inputs)
-    head = keras.layers.Dense(1)(keras.layers.Concatenate()(
-        [activations[n] for n in work.names]))
+  head = keras.layers.Dense(1)(keras.layers.Concatenate()(
+      [activations[n] for n in work.names]))
   model = keras.Model(inputs, head)
   model.compile(optimizer=keras.optimizers.Adagrad(0.1), loss="mse",
                 steps_per_execution=STEPS_PER_EXECUTION, jit_compile=False)
@@ -126,22 +140,21 @@ def _dataset(work, kind: str):
   batches = work.make_batches()
   if kind.startswith("dense"):
     rng = np.random.default_rng(work.seed)
-    x = [rng.standard_normal((work.batch, work.features * work.dim),
-                             dtype=np.float32) for _ in batches]
+    x = [{n: rng.standard_normal((work.batch, work.dim), dtype=np.float32)
+          for n in work.names} for _ in batches]
   else:
     x = [features for features, _ in batches]
   y = [labels for _, labels in batches]
-  data = tf.data.Dataset.from_tensor_slices((x, y) if kind.startswith(
-      "dense") else ({n: np.stack([b[n] for b in x]) for n in work.names},
-                     np.stack(y)))
+  data = tf.data.Dataset.from_tensor_slices(
+      ({n: np.stack([b[n] for b in x]) for n in work.names}, np.stack(y)))
   return data.repeat()
 
 
 def _strategy(kind: str):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  if kind in TPU_KINDS:
+  if _tpu_type(kind):
     import tfemb  # pylint: disable=g-import-not-at-top
-    tfemb.patch(tpu=kind)
+    tfemb.patch(tpu=_tpu_type(kind))
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu="")
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
@@ -224,19 +237,41 @@ def _parser() -> argparse.ArgumentParser:
 
 def _summary(rows: List[dict], kinds: List[str]) -> dict:
   """Per kind, the median step and its ratio to the CPU branch's step of
-  the same round (the median ratio)."""
+  the same round (the median ratio). For a TPU type, its floors: the CPU
+  branch's step plus what the replicas add to the head alone, as a ratio
+  to the CPU branch's step, under TensorFlow's `MirroredStrategy`
+  (`mirrored_floor_ratio`) and as a TPU type of as many replicas
+  (`type_floor_ratio`), and the type's step above the latter
+  (`above_type_floor_ms`): what the embedding costs beyond the CPU
+  branch's. Each is the median of each round's where the kinds it takes
+  ran."""
   by_kind: Dict[str, List[dict]] = {k: [r for r in rows if r["kind"] == k]
                                     for k in kinds}
   cpu = {r["round"]: r["step_ms"] for r in by_kind.get("cpu", [])}
   dense = {r["round"]: r["step_ms"] for r in by_kind.get("dense-cpu", [])}
   out = {}
+  for kind in TPU_KINDS:
+    for name, head in (
+        ("mirrored", f"dense-mirrored-{REPLICAS[kind]}"),
+        ("type", DENSE_TPU_KINDS[REPLICAS[kind]])):
+      replicated = {r["round"]: r["step_ms"] for r in by_kind.get(head, [])}
+      floors = {k: cpu[k] + replicated[k] - dense[k]
+                for k in set(cpu) & set(dense) & set(replicated)}
+      runs = [r for r in by_kind.get(kind, []) if r["round"] in floors]
+      if not runs:
+        continue
+      out.setdefault(kind, {})[f"{name}_floor_ratio"] = statistics.median(
+          floors[r["round"]] / cpu[r["round"]] for r in runs)
+      if name == "type":
+        out[kind]["above_type_floor_ms"] = statistics.median(
+            r["step_ms"] - floors[r["round"]] for r in runs)
   for kind, runs in by_kind.items():
     if not runs:
       continue
     base = dense if kind.startswith("dense") else cpu
     ratios = [r["step_ms"] / base[r["round"]] for r in runs
               if r["round"] in base]
-    out[kind] = {
+    out.setdefault(kind, {}).update({
         "step_ms": statistics.median(r["step_ms"] for r in runs),
         "ratio": statistics.median(ratios) if ratios else None,
         "ratio_to": "dense-cpu" if kind.startswith("dense") else "cpu",
@@ -244,7 +279,7 @@ def _summary(rows: List[dict], kinds: List[str]) -> dict:
         "epoch_start_ms": statistics.median(
             s for r in runs for s in r["epoch_start_ms"]),
         "traces_later_epochs": max(r["traces_later_epochs"] for r in runs),
-        "replicas": runs[0]["replicas"]}
+        "replicas": runs[0]["replicas"]})
   return out
 
 

@@ -95,6 +95,16 @@ class InputDtypes:
         f"{where}: Value passed to parameter 'indices' has DataType "
         f"{x.dtype.name} not in list of allowed values: int32, int64")
 
+  def deferred_id_cast(self, where: str, x: Any) -> Optional[tf.DType]:
+    """The dtype `cast_ids` would cast `x` to, where it would cast it
+    (None: it takes `x` as it is); refuses `x` as `cast_ids` does. For ids
+    cast later, after every replica's are joined (`inputs.to_lookup`)."""
+    if self.ids is None or x.dtype == self.ids:
+      self.cast_ids(where, x, "dense")  # its refusal, if any
+      return None
+    _castable(where, x.dtype, self.ids)
+    return self.ids
+
   def cast_weights(self, where: str, w: Any, kind: str) -> Any:
     """`w`, per-id weights of ids of `kind`, as the engine takes them."""
     if self.weights is not None:
@@ -110,10 +120,14 @@ class InputDtypes:
         "not match type float32 of argument 'x'.")
 
 
-def _cast(where: str, x: Any, dtype: tf.DType) -> Any:
-  if x.dtype == tf.string:
+def _castable(where: str, source: tf.DType, dtype: tf.DType) -> None:
+  if source == tf.string:
     raise CastError(None, None, f"{where}: Cast string to {_cpp_name(dtype)} "
                     "is not supported")
+
+
+def _cast(where: str, x: Any, dtype: tf.DType) -> Any:
+  _castable(where, x.dtype, dtype)
   return tf.cast(x, dtype)
 
 

@@ -21,7 +21,7 @@ from tfemb import validation
 
 class Lookup(NamedTuple):
   """One feature's ids, ready to gather and combine."""
-  ids: tf.Tensor  # int64 [n]
+  ids: tf.Tensor  # int64 [n] (else: `to_lookup`'s `global_part`)
   segments: Optional[tf.Tensor]  # int64 [n]; None: id i goes to row i
   scales: Optional[tf.Tensor]  # float32 [n]; None: every scale is 1
   num_segments: tf.Tensor  # int64 scalar: rows of the flat output
@@ -31,6 +31,9 @@ class Lookup(NamedTuple):
   # Checks the activations and every write wait for, but not the lookup:
   # it only reads, beside them (the SparseCore's id limits).
   gate: Tuple[tf.Operation, ...] = ()
+  # The cast the ids are still due before they are widened to int64 (a
+  # replica's dense ids for the global batch: `to_lookup`'s `global_part`).
+  due_cast: Optional[tf.DType] = None
 
 
 def input_shape_error(path, x, serving=False) -> Optional[str]:
@@ -202,7 +205,7 @@ def _after(checks, x):
 
 
 def to_lookup(path, x, w, feature, dtypes: input_dtypes.InputDtypes,
-              serving=False, fixed_shape=None) -> Lookup:
+              serving=False, fixed_shape=None, global_part=False) -> Lookup:
   """Validates one feature's input (and weights) and flattens it.
 
   `dtypes`: what the engine's entry point does with ids and weights of
@@ -210,7 +213,11 @@ def to_lookup(path, x, w, feature, dtypes: input_dtypes.InputDtypes,
   `fixed_shape`: the activation shape the TPU protocol has fixed for the
   feature (its FeatureConfig's, `build`'s or the first enqueue's). As on
   a TPU, a ragged feature whose fixed shape has a second dimension (e.g.
-  from `build`) is a sequence of that length.
+  from `build`) is a sequence of that length. `global_part`: a replica's
+  part of the global batch's lookup (`tfemb.host.global_batch`), which
+  widens every replica's ids to int64 at once, and casts dense ones as
+  `dtypes` casts them (`Lookup.due_cast`): here they are left as they are
+  (a refusal is still raised here).
   """
   x = as_input(x)
   w = None if w is None else as_input(w)
@@ -235,7 +242,11 @@ def to_lookup(path, x, w, feature, dtypes: input_dtypes.InputDtypes,
       raise ValueError(
           f"Weight specified for {path}, but this is a sequence feature.")
     w = dtypes.cast_weights(where, w, kind)
-  x = dtypes.cast_ids(where, x, kind)
+  due_cast = None
+  if global_part and kind == "dense":
+    due_cast = dtypes.deferred_id_cast(where, x)
+  else:
+    x = dtypes.cast_ids(where, x, kind)
   error = input_shape_error(path, x, serving)
   if error:
     raise ValueError(error)
@@ -263,7 +274,7 @@ def to_lookup(path, x, w, feature, dtypes: input_dtypes.InputDtypes,
     lookup = sparse_lookup(x, w, feature)
   else:
     lookup = ragged_lookup(path, x, w, feature, output_shape)
-  ids = tf.cast(lookup.ids, tf.int64)
+  ids = lookup.ids if global_part else tf.cast(lookup.ids, tf.int64)
   if output_shape:
     # The activations are reshaped to it: the input's rows must fill it.
     rows = (validation.size_as_run(lookup.ids) if lookup.segments is None
@@ -274,4 +285,4 @@ def to_lookup(path, x, w, feature, dtypes: input_dtypes.InputDtypes,
     configured = tf.constant(output_shape.as_list(), tf.int64)
     lookup = lookup._replace(output_shape=configured,
                              static_shape=output_shape)
-  return lookup._replace(ids=ids, checks=tuple(checks))
+  return lookup._replace(ids=ids, checks=tuple(checks), due_cast=due_cast)

@@ -33,6 +33,30 @@ def test_each_kind_is_set_against_the_cpu_branch_of_its_own_round():
   assert summary["cpu"]["ratio"] == pytest.approx(1.0)
 
 
+def test_a_type_is_set_against_its_floors_of_its_own_round():
+  rows = [_row("cpu", 0, 2.0), _row("v3-8", 0, 5.0), _row("v5p-8", 0, 3.0),
+          _row("dense-cpu", 0, 1.0), _row("dense-mirrored-8", 0, 2.5),
+          _row("dense-v3-8", 0, 2.0),
+          _row("cpu", 1, 4.0), _row("v3-8", 1, 6.0), _row("v5p-8", 1, 5.0),
+          _row("dense-cpu", 1, 2.0), _row("dense-mirrored-8", 1, 3.0),
+          _row("dense-v3-8", 1, 4.0)]
+  summary = host_tpu._summary(rows, [  # pylint: disable=protected-access
+      "cpu", "v3-8", "v5p-8", "dense-cpu", "dense-mirrored-8", "dense-v3-8"])
+  # MirroredStrategy: round 0's floor 2.0 + (2.5 - 1.0) = 3.5, round 1's
+  # 4.0 + (3.0 - 2.0) = 5.0. The head as v3-8: 3.0 and 6.0.
+  assert summary["v3-8"]["mirrored_floor_ratio"] == pytest.approx(
+      (3.5 / 2.0 + 5.0 / 4.0) / 2)
+  assert summary["v3-8"]["type_floor_ratio"] == pytest.approx(
+      (3.0 / 2.0 + 6.0 / 4.0) / 2)
+  assert summary["v3-8"]["above_type_floor_ms"] == pytest.approx(
+      ((5.0 - 3.0) + (6.0 - 6.0)) / 2)
+  # Nothing ran the head on 4 replicas: no floor for v5p-8.
+  assert "mirrored_floor_ratio" not in summary["v5p-8"]
+  assert "type_floor_ratio" not in summary["v5p-8"]
+  assert summary["v5p-8"]["ratio"] == pytest.approx((1.5 + 1.25) / 2)
+  assert summary["dense-v3-8"]["ratio_to"] == "dense-cpu"
+
+
 PREFIX = ("while/body/_1/while/cond/then/_467/while/cond/"
           "StatefulPartitionedCall/")
 

@@ -296,13 +296,23 @@ class EngineCore:
     (`tfemb.shapes.fix`); nothing is stored."""
     return shapes.fix(self.config.paths, self.output_shapes, incoming)
 
+  def looks_up_globally(self) -> bool:
+    """Whether a lookup here is a replica's part of the global batch's
+    (`tfemb.host.global_batch`)."""
+    return self.store.one_copy and global_batch.applies()
+
+  def reading_inputs(self):
+    """Where the batch's inputs are read (`tfemb.host.global_batch.reading`):
+    on the host for the global batch's lookup."""
+    return global_batch.reading(self.looks_up_globally())
+
   def gather(self, feature_ids: Sequence[int], lookups) -> step.Batch:
     """The batch's lookups of `feature_ids`, each table's ids once: where
     the replicas share one copy of the tables, this replica's `Share` of
     the global batch, looked up once (`tfemb.host.global_batch`)."""
     step_guards.refuse_xla("An embedding lookup")
     step_guards.check_strategy(self.strategy, "The embedding engine")
-    if self.store.one_copy and global_batch.applies():
+    if self.looks_up_globally():
       return global_batch.gather(self.layout.step_config, self.paths,
                                  feature_ids, lookups)
     return step.gather(self.layout.step_config, self.paths, feature_ids,

@@ -284,34 +284,38 @@ class HostEmbedding(core.Engine):
     later batches too where `rules.fixes_shapes`): `forward`'s first half,
     which the TPU protocol's `enqueue` runs."""
     config = self._core.config
-    feature_ids, flat, flat_weights = feeding.flat_inputs(config, features,
-                                                          weights, False)
-    if rules.tpu:
-      for path, x in zip(config.paths, flat):  # before any shape is fixed
-        error = inputs.input_shape_error(path, x)
-        if error:
-          raise ValueError(error)
-      incoming = [shapes.from_enqueued(x, f)
-                  for x, f in zip(flat, config.features)]
-      if not self._core.built:  # built with them, as TensorFlow's enqueue
-        self._core.fix_shapes(incoming)
-    else:
-      serving = [rules.serving_fallback and
-                 inputs.serving_only(x.shape, shapes.kind_of(x))
-                 for x in flat]
-      lookups = feeding.lookups(config, feature_ids, flat, flat_weights,
-                                input_dtypes.V1, serving)
-      incoming = [shapes.of_input(x, f, s)
-                  for x, f, s in zip(flat, config.features, serving)]
-    self._maybe_build()
+    with self._core.reading_inputs():
+      feature_ids, flat, flat_weights = feeding.flat_inputs(
+          config, features, weights, False)
+      if rules.tpu:
+        for path, x in zip(config.paths, flat):  # before any shape is fixed
+          error = inputs.input_shape_error(path, x)
+          if error:
+            raise ValueError(error)
+        incoming = [shapes.from_enqueued(x, f)
+                    for x, f in zip(flat, config.features)]
+        if not self._core.built:  # built with them, as TensorFlow's enqueue
+          self._core.fix_shapes(incoming)
+      else:
+        serving = [rules.serving_fallback and
+                   inputs.serving_only(x.shape, shapes.kind_of(x))
+                   for x in flat]
+        lookups = feeding.lookups(config, feature_ids, flat, flat_weights,
+                                  input_dtypes.V1, serving,
+                                  global_part=self._core.looks_up_globally())
+        incoming = [shapes.of_input(x, f, s)
+                    for x, f, s in zip(flat, config.features, serving)]
+    self._maybe_build()  # outside the inputs' device: the tables have theirs
     output_shapes = self._core.shapes_with(incoming)
     if rules.fixes_shapes:
       self._core.output_shapes = output_shapes
-    if rules.tpu:
-      shapes.check_fully_defined(config.paths, output_shapes)
-      lookups = feeding.lookups(config, feature_ids, flat, flat_weights,
-                                input_dtypes.V1, False, list(output_shapes))
-    return self._core.gather(feature_ids, lookups), output_shapes
+    with self._core.reading_inputs():
+      if rules.tpu:
+        shapes.check_fully_defined(config.paths, output_shapes)
+        lookups = feeding.lookups(config, feature_ids, flat, flat_weights,
+                                  input_dtypes.V1, False, list(output_shapes),
+                                  self._core.looks_up_globally())
+      return self._core.gather(feature_ids, lookups), output_shapes
 
   def activate(self, batch: step.Batch, output_shapes):
     """`forward`'s second half (`dequeue`'s): the activations of a

@@ -59,15 +59,17 @@ def lookups(config: resolution.Resolved, feature_ids: Sequence[int],
             flat: Sequence[Any], flat_weights: Sequence[Any],
             dtypes: input_dtypes.InputDtypes,
             serving: Union[bool, Sequence[bool]],
-            fixed_shapes: Optional[Sequence[Any]] = None) -> List[Any]:
+            fixed_shapes: Optional[Sequence[Any]] = None,
+            global_part: bool = False) -> List[Any]:
   """One Lookup per input (`dtypes`: the engine's casts or refusals;
   `serving`: the serving class's shape rules, for all inputs or per input;
-  `fixed_shapes`: the TPU protocol's activation shapes, per feature)."""
+  `fixed_shapes`: the TPU protocol's activation shapes, per feature;
+  `global_part`: `inputs.to_lookup`'s)."""
   if isinstance(serving, bool):
     serving = [serving] * len(flat)
   return [
       inputs.to_lookup(config.paths[i], x, w, config.features[i], dtypes,
                        serving=s,
                        fixed_shape=None if fixed_shapes is None else
-                       fixed_shapes[i])
+                       fixed_shapes[i], global_part=global_part)
       for i, x, w, s in zip(feature_ids, flat, flat_weights, serving)]

@@ -13,6 +13,7 @@ replica). The numbers are the global batch's, as with a copy per replica:
 each distinct id's gradient is the sum over every replica's examples.
 """
 
+import contextlib
 from typing import Any, List, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
@@ -20,6 +21,7 @@ import tensorflow as tf
 from tfemb import inputs
 from tfemb import replicas
 from tfemb import resolution
+from tfemb import tf_internals
 from tfemb.host import step
 from tfemb.host.non_finite import NonFinitePolicy
 
@@ -72,6 +74,17 @@ def applies() -> bool:
   """Whether a lookup here is one replica's of several (a step of a
   strategy whose replicas share the tables then looks them up at once)."""
   return replicas.in_multi_replica_step()
+
+
+def reading(looks_up_globally: bool):
+  """A scope for reading a replica's inputs into lookups: for the global
+  batch's lookup, the host's device, where the host TPU's datasets give
+  every replica's batch and the global batch is looked up; so the ids never
+  go to a replica's device and back (two transfers per feature and
+  replica). Else, where the step runs."""
+  if looks_up_globally:
+    return tf.device(tf_internals.HOST_CPU)
+  return contextlib.nullcontext()
 
 
 def gather(config: resolution.Resolved, paths, feature_ids: Sequence[int],
@@ -184,10 +197,11 @@ def apply(config: resolution.Resolved, share: Share, flat_grads,
 
 
 def _merged(lookups: Sequence[inputs.Lookup]) -> inputs.Lookup:
-  """One feature's lookups of every replica as one: their ids in the
-  replicas' order, each replica's rows after the ones before."""
+  """One feature's lookups of every replica as one: their ids (int64) in
+  the replicas' order, each replica's rows after the ones before."""
   if len(lookups) == 1:
-    return lookups[0]
+    return lookups[0]._replace(ids=_cast_ids(lookups, lookups[0].ids),
+                               due_cast=None)
   static = [_static_rows(l) for l in lookups]
   if None not in static:
     counts = static
@@ -209,10 +223,20 @@ def _merged(lookups: Sequence[inputs.Lookup]) -> inputs.Lookup:
         tf.ones([tf.size(l.ids)], tf.float32) for l in lookups], axis=0)
   static = [l.static_shape.num_elements() for l in lookups]
   return inputs.Lookup(
-      ids=tf.concat([l.ids for l in lookups], axis=0),
+      ids=_cast_ids(lookups, tf.concat([l.ids for l in lookups], axis=0)),
       segments=segments, scales=scales, num_segments=total,
       output_shape=tf.reshape(total, [1]),
       static_shape=tf.TensorShape(
           [sum(static) if None not in static else None]),
       checks=tuple(c for l in lookups for c in l.checks),
       gate=tuple(g for l in lookups for g in l.gate))
+
+
+def _cast_ids(lookups: Sequence[inputs.Lookup], ids: tf.Tensor) -> tf.Tensor:
+  """The replicas' `ids` joined, cast as each replica's are due and
+  widened to int64 (`inputs.to_lookup`'s `global_part`): once for the
+  global batch, not once per replica and feature."""
+  (due,) = {l.due_cast for l in lookups}  # the same on every replica
+  if due is not None:
+    ids = tf.cast(ids, due)
+  return tf.cast(ids, tf.int64)

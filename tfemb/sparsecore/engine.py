@@ -194,10 +194,12 @@ class TPUEmbeddingV2(core.Engine,
     step_guards.refuse_xla("TPUEmbeddingV2's lookup")
     # One host: every replica's batch is looked up where it runs.
     self._maybe_build()
-    feature_ids, lookups, kept = enqueue_lib.lookups(
-        self._core.config, features, weights, self._core.output_shapes,
-        self._combiners, self._id_limits)
-    batch = self._core.gather(feature_ids, lookups)
+    with self._core.reading_inputs():
+      feature_ids, lookups, kept = enqueue_lib.lookups(
+          self._core.config, features, weights, self._core.output_shapes,
+          self._combiners, self._id_limits,
+          global_part=self._core.looks_up_globally())
+      batch = self._core.gather(feature_ids, lookups)
     trained = self._layout.step_config.tables
     tables = {}
     for t, (_, table_batch) in batch.tables.items():

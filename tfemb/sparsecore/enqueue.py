@@ -22,10 +22,13 @@ from tfemb.sparsecore import limit_enforcement
 
 def lookups(config: resolution.Resolved, features: Any, weights: Any,
             output_shapes, combiners: combiner_lib.CustomCombiners,
-            id_limits: Optional[limit_enforcement.IdLimits]
+            id_limits: Optional[limit_enforcement.IdLimits],
+            global_part: bool = False
            ) -> Tuple[List[int], List[Any], Dict[int, combiner_lib.Kept]]:
   """`(feature ids, their lookups, {custom feature: its kept ids})` of a
-  batch of any subset of the configured features."""
+  batch of any subset of the configured features. `global_part`: a
+  replica's part of the global batch (`inputs.to_lookup`'s), where no
+  limit is held."""
   feature_ids, _, flat_weights = feeding.flat_inputs(
       config, features, weights, False)
   flat, flat_weights = zip(*(
@@ -36,7 +39,7 @@ def lookups(config: resolution.Resolved, features: Any, weights: Any,
   by_feature = dict(zip(regular, feeding.lookups(
       config, regular, [flat[i] for i in regular],
       [flat_weights[i] for i in regular], input_dtypes.V2, False,
-      output_shapes)))
+      output_shapes, global_part and id_limits is None)))
   combined, kept = combiners.lookup(flat, flat_weights, output_shapes)
   by_feature.update(combined)
   if id_limits is not None:
