@@ -122,8 +122,7 @@ def _child_parser() -> argparse.ArgumentParser:
 
 def _parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--kinds", default="cpu,v3-8,v6e-8,v5p-8,dense-cpu,"
-                 "dense-mirrored-8,dense-mirrored-4")
+  p.add_argument("--kinds", default=",".join(host_tpu.KINDS))
   p.add_argument("--steps", type=int, default=30)
   p.add_argument("--vocab", default="100000")
   p.add_argument("--out", default=os.path.join(

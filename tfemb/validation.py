@@ -196,10 +196,14 @@ def weights_match(path, table_name, x, w) -> List[tf.Operation]:
 
 
 def gradient_rows(path, table_name, grad, rows) -> List[tf.Operation]:
-  """A feature's gradient has one row of `dim` per activation row."""
-  grad_rows = grad.shape[0]
-  if grad_rows is None:
-    grad_rows = tf.shape(grad, out_type=tf.int64)[0]
+  """A feature's gradient (or its pieces, a list) has one row of `dim` per
+  activation row."""
+  pieces = grad if isinstance(grad, list) else [grad]
+  static = [p.shape[0] for p in pieces]
+  if None not in static:
+    grad_rows = sum(static)
+  else:
+    grad_rows = tf.add_n([tf.shape(p, out_type=tf.int64)[0] for p in pieces])
   return _assert_equal(
       [(grad_rows, tf.cast(rows, tf.int64))],
       f"{feature(path, table_name)}: the gradient must have the shape of its "

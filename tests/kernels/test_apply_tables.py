@@ -61,15 +61,19 @@ class _Variables:
     return tuple(x.numpy() for x in self.vars[v])
 
   def apply(self, grads, gradients_finite=True, positions=None,
-            raise_non_finite=False):
+            raise_non_finite=False, pieces=None):
     """`grads` by table: one row per distinct id, or with `positions` (by
-    table) one per id looked up."""
+    table) one per id looked up; with `pieces` (by table, their rows), each
+    table's given in pieces of those rows."""
     lib = fused_ops._library()  # pylint: disable=protected-access
+    split = {t: np.split(grads[t], np.cumsum(pieces[t])[:-1]) if pieces
+             else [grads[t]] for t in TABLES}
     finite = lib.tfemb_apply_tables(
         variables=[x.handle for v, _, _ in TABLES.values()
                    for x in self.vars[v]],
         ids=[tf.constant(ids, tf.int64) for _, ids, _ in TABLES.values()],
-        gradients=[tf.constant(grads[t]) for t in TABLES],
+        gradients=[tf.constant(g) for t in TABLES for g in split[t]],
+        gradient_pieces=[len(split[t]) for t in TABLES] if pieces else [],
         positions=[tf.constant(positions[t], tf.int64)
                    for t in TABLES] if positions else [],
         learning_rates=[tf.constant(lr) for _, _, lr in TABLES.values()],
@@ -90,6 +94,12 @@ def _adagrad(start, grads):
                                      {"accumulators": acc[i]}, lr)
       acc[i] = s["accumulators"]
   return out
+
+
+def _assert_unchanged(variables, start):
+  for v in DIMS:
+    for got, expected in zip(variables.values(v), start[v]):
+      np.testing.assert_array_equal(got, expected, err_msg=v)
 
 
 @pytest.fixture(params=[False, True], ids=["slot_variables", "interleaved"])
@@ -114,18 +124,14 @@ def test_an_overflowing_table_leaves_every_table_unchanged(interleaved, bad):
   grads[bad][-1, 2] = 1e30  # its square overflows the accumulator
   variables = _Variables(start, interleaved)
   assert variables.apply(grads) == [t != bad for t in TABLES]
-  for v in DIMS:
-    for got, expected in zip(variables.values(v), start[v]):
-      np.testing.assert_array_equal(got, expected, err_msg=v)
+  _assert_unchanged(variables, start)
 
 
 def test_gradients_not_finite_write_nothing(interleaved):
   start, grads = _start(2)
   variables = _Variables(start, interleaved)
   assert variables.apply(grads, gradients_finite=False) == [True] * 3
-  for v in DIMS:
-    for got, expected in zip(variables.values(v), start[v]):
-      np.testing.assert_array_equal(got, expected, err_msg=v)
+  _assert_unchanged(variables, start)
 
 
 def test_an_id_outside_a_table_is_refused_naming_it_and_writes_nothing():
@@ -139,9 +145,7 @@ def test_an_id_outside_a_table_is_refused_naming_it_and_writes_nothing():
       variables.apply(grads)
   finally:
     TABLES["c"] = saved
-  for v in DIMS:
-    for got, expected in zip(variables.values(v), start[v]):
-      np.testing.assert_array_equal(got, expected, err_msg=v)
+  _assert_unchanged(variables, start)
 
 
 def _per_id(seed):
@@ -198,6 +202,49 @@ def test_a_gradient_summing_past_float32_leaves_every_table_unchanged(
   else:
     assert variables.apply(grads, positions=positions) == [
         t != bad for t in TABLES]
+  _assert_unchanged(variables, start)
+
+
+def _pieces(positions, extra_row=None):
+  """Each table's per-id rows cut in pieces: 3 rows, none, the rest (a host
+  TPU's replicas' gradients); one row more in `extra_row`'s last piece."""
+  return {t: [3, 0, len(positions[t]) - 3 + (t == extra_row)]
+          for t in TABLES}
+
+
+def test_per_id_gradients_in_pieces_are_summed_as_their_rows_joined(
+    interleaved):
+  start, _ = _start(6)
+  positions, grads = _per_id(6)
+  variables = _Variables(start, interleaved)
+  assert variables.apply(grads, positions=positions,
+                         pieces=_pieces(positions)) == [True, True, True]
+  want = _adagrad(start, _summed(positions, grads))
   for v in DIMS:
-    for got, expected in zip(variables.values(v), start[v]):
-      np.testing.assert_array_equal(got, expected, err_msg=v)
+    for got, expected in zip(variables.values(v), want[v]):
+      np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6,
+                                 err_msg=v)
+
+
+def test_pieces_of_other_rows_than_the_ids_looked_up_are_refused_naming_it(
+    interleaved):
+  start, _ = _start(7)
+  positions, grads = _per_id(7)
+  grads["b"] = np.concatenate([grads["b"], grads["b"][:1]])
+  variables = _Variables(start, interleaved)
+  rows = len(positions["b"])
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match=rf"Table `b`: {rows} ids looked up but gradients "
+                     rf"of {rows + 1} rows"):
+    variables.apply(grads, positions=positions,
+                    pieces=_pieces(positions, extra_row="b"))
+  _assert_unchanged(variables, start)
+
+
+def test_pieces_without_positions_are_refused():
+  start, grads = _start(8)
+  variables = _Variables(start, False)
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="more than one piece only with positions"):
+    variables.apply(grads, pieces={t: [1, len(grads[t]) - 1]
+                                   for t in TABLES})

@@ -186,10 +186,12 @@ def apply(config: resolution.Resolved, share: Share, flat_grads,
         global_grads.append(None)
         continue
       dim = feature.table.dim
-      global_grads.append(tf.concat([
+      # The replicas' pieces, not joined: the update reads them where they
+      # are, or joins them where it must (`step._entry_gradients`).
+      global_grads.append([
           tf.zeros([tf.cast(r[k].num_segments, tf.int32), dim], tf.float32)
           if g is None else _rows_of(g, dim)
-          for g, r in zip(grads, share.whole.replicas)], axis=0))
+          for g, r in zip(grads, share.whole.replicas)])
     step.apply(config, share.whole.batch, global_grads, policy, more,
                loss_scaled)
 

@@ -52,7 +52,7 @@ class ShardUpdate(NamedTuple):
 class PerIdGradients(NamedTuple):
   """A table's gradients left for `TablePath.update_together` to sum: one
   row per id looked up, and where each sits among the distinct ids."""
-  rows: tf.Tensor  # [ids looked up, dim]
+  rows: Any  # [ids looked up, dim], or a list of pieces of those rows
   positions: tf.Tensor  # [ids looked up], into the batch's `unique_ids`
 
 

@@ -128,9 +128,14 @@ def check_gradients(config: resolution.Resolved, output_shapes, gradients):
   return flat
 
 
-def _entry_gradients(config, table_batch, batch: Batch, flat_grads):
+def _entry_gradients(config, table_batch, batch: Batch, flat_grads,
+                     keep_pieces: bool = False):
   """Per member feature, each id's share of its activation gradient, and
-  the checks of the gradients' shapes."""
+  the checks of the gradients' shapes. A feature's gradient may be a list
+  of pieces, its rows one piece after the other (a host TPU's replicas',
+  `tfemb.host.global_batch`): with `keep_pieces`, where each id is an
+  activation row, its share is that list, which the update reads as it
+  is (`table_paths.per_id_gradients`); else the pieces are joined."""
   entry_grads, checks = [], []
   for i in table_batch.features:
     lookup, grad = batch.lookups[i], flat_grads[i]
@@ -138,21 +143,37 @@ def _entry_gradients(config, table_batch, batch: Batch, flat_grads):
     if grad is None:
       entry_grads.append(tf.zeros([tf.size(lookup.ids), dim], tf.float32))
       continue
-    grad = tf.reshape(grad, [-1, dim])
+    pieces = list(grad) if isinstance(grad, list) else [grad]
+    if len(pieces) > 1 and not (keep_pieces and lookup.segments is None and
+                                lookup.scales is None):
+      pieces = [tf.concat([_as_rows(p, dim) for p in pieces], axis=0)]
+    pieces = [_as_rows(p, dim) for p in pieces]
     shape_checks = validation.gradient_rows(
-        config.paths[i], config.features[i].table.name, grad,
+        config.paths[i], config.features[i].table.name, pieces,
         lookup.num_segments)
     checks += shape_checks
     # After the batch's own checks too: a batch they refuse would fail in
-    # the ops below first, with TensorFlow's message.
+    # the ops below first, with TensorFlow's message. (One piece waiting
+    # holds back whatever reads them all.)
     with tf.control_dependencies(shape_checks + list(lookup.checks)):
-      grad = tf.identity(grad)
+      pieces[0] = tf.identity(pieces[0])
+    if len(pieces) > 1:
+      entry_grads.append(pieces)
+      continue
+    grad = pieces[0]
     if lookup.segments is not None:
       grad = tf.gather(grad, lookup.segments)
     if lookup.scales is not None:
       grad = grad * lookup.scales[:, None]
     entry_grads.append(grad)
   return entry_grads, checks
+
+
+def _as_rows(x, dim: int):
+  """`x` as rows of `dim` values, without an op where it is."""
+  if x.shape.rank == 2 and x.shape[-1] == dim:
+    return x
+  return tf.reshape(x, [-1, dim])
 
 
 def apply(config: resolution.Resolved, batch: Batch, flat_grads,
@@ -216,8 +237,8 @@ def _row_updates(config: resolution.Resolved, batch: Batch, flat_grads,
   (`apply`'s `one_copy`)."""
   updates, checks, finite = [], list(batch.checks), []
   for t, (path, table_batch) in batch.tables.items():
-    entry_grads, grad_checks = _entry_gradients(config, table_batch, batch,
-                                                flat_grads)
+    entry_grads, grad_checks = _entry_gradients(
+        config, table_batch, batch, flat_grads, keep_pieces=summed_in_update)
     checks += grad_checks
     if summed_in_update:  # the update's op reports the gradient's finiteness
       updates.append(commit.TableUpdate(

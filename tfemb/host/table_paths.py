@@ -211,7 +211,12 @@ class FusedTable(_Path):
 
   def per_id_gradients(self, batch: FusedBatch, entry_grads
                        ) -> PerIdGradients:
-    return PerIdGradients(concat(entry_grads), batch.positions)
+    # A feature's pieces (`step._entry_gradients`) stay pieces: the op
+    # reads them where they are.
+    pieces = [p for g in entry_grads
+              for p in (g if isinstance(g, list) else [g])]
+    return PerIdGradients(pieces[0] if len(pieces) == 1 else pieces,
+                          batch.positions)
 
   @classmethod
   def update_together(cls, paths, ids, grads, lrs, gradients_finite,

@@ -312,12 +312,17 @@ def apply_tables(tables, variables, ids, grads, lrs, gradients_finite,
   the op sums each table's into its distinct ids' rows at those positions
   (as `row_gradients`) right before its update; a table whose sum is not
   finite answers False, and nothing is written. With `raise_non_finite`,
-  the op then fails naming that table instead.
+  the op then fails naming that table instead. A table's per-id `grads`
+  may be a list of pieces, its rows one piece after the other: the op
+  reads them where they are, without joining them.
   """
   inputs = [_variable_inputs(t, v) for t, v in zip(tables, variables)]
+  pieces = [list(g) if isinstance(g, (list, tuple)) else [g] for g in grads]
   return _library().tfemb_apply_tables(
       variables=[h for i in inputs for h in [i["parameters"]] + i["slots"]],
-      ids=list(ids), gradients=list(grads),
+      ids=list(ids), gradients=[g for p in pieces for g in p],
+      gradient_pieces=([len(p) for p in pieces]
+                       if any(len(p) != 1 for p in pieces) else []),
       positions=list(positions) if positions is not None else [],
       learning_rates=list(lrs), gradients_finite=gradients_finite,
       table_names=[t.name for t in tables],

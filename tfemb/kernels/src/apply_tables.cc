@@ -29,14 +29,18 @@ namespace {
 // With positions (`num_positions` = `num_tables`), each table's gradients
 // are one row per id looked up, and the op sums them into its distinct
 // ids' rows itself (as TfembRowGradients), each table right before its
-// update: no op and no hand-off between the sums and the update. A table
+// update: no op and no hand-off between the sums and the update. They may
+// come in pieces (`gradient_pieces`, per table: a host TPU's replicas'
+// gradients), read where they are: the sums are those of the pieces'
+// rows one after the other, with no op to join them first. A table
 // whose summed gradient is not finite is not updated, its `finite` is
 // false and every table is put back; with `raise_non_finite`, the op fails
 // naming it, after putting them back.
 class ApplyTablesOp : public UpdateKernel {
  public:
   explicit ApplyTablesOp(OpKernelConstruction* ctx)
-      : UpdateKernel(ctx, "num_tables", 3 + PerId(ctx), true) {
+      : UpdateKernel(ctx, "num_tables", 3 + PerId(ctx), true,
+                     ExtraPieces(ctx)) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("raise_non_finite", &raise_));
     int positions;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("num_positions", &positions));
@@ -44,6 +48,19 @@ class ApplyTablesOp : public UpdateKernel {
                 absl::InvalidArgumentError(
                     "num_positions: 0 or one per table"));
     per_id_ = positions > 0;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("gradient_pieces", &pieces_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("num_gradients", &num_gradients_));
+    if (pieces_.empty()) pieces_.assign(num_parts_, 1);
+    int64_t total = 0;
+    for (int p : pieces_) total += p;
+    OP_REQUIRES(ctx,
+                static_cast<int>(pieces_.size()) == num_parts_ &&
+                    total == num_gradients_ &&
+                    (per_id_ || total == num_parts_),
+                absl::InvalidArgumentError(
+                    "gradient_pieces: one count per table, adding up to "
+                    "num_gradients; more than one piece only with "
+                    "positions"));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -52,7 +69,9 @@ class ApplyTablesOp : public UpdateKernel {
     const int n = num_parts_;
     const int per_table = rule_.VariablesPerTable();
     const int num_vars = n * per_table;
-    const int first_lr = num_vars + (per_id_ ? 3 : 2) * n;
+    const int first_grads = num_vars + n;
+    const int first_positions = first_grads + num_gradients_;
+    const int first_lr = first_positions + (per_id_ ? n : 0);
     const Tensor& go = ctx->input(ctx->num_inputs() - 1);
     OP_REQUIRES(ctx, TensorShapeUtils::IsScalar(go.shape()),
                 absl::InvalidArgumentError(absl::StrCat(
@@ -66,8 +85,16 @@ class ApplyTablesOp : public UpdateKernel {
     }
     std::vector<Part> parts(n);
     std::vector<int64_t> dims;
-    OP_REQUIRES_OK(ctx, ReadParts(ctx, num_vars, table_names_, &parts, &dims,
-                                  false, per_id_));
+    std::vector<std::vector<const float*>> piece_rows(n);
+    std::vector<std::vector<int64_t>> piece_sizes(n);
+    if (per_id_) {
+      OP_REQUIRES_OK(ctx, ReadParts(ctx, num_vars, table_names_, &parts));
+      OP_REQUIRES_OK(ctx, ReadPieces(ctx, first_grads, first_positions,
+                                     &dims, &piece_rows, &piece_sizes));
+    } else {
+      OP_REQUIRES_OK(ctx, ReadParts(ctx, num_vars, table_names_, &parts,
+                                    &dims, false));
+    }
     std::vector<bool*> ok;
     OP_REQUIRES_OK(ctx, FiniteOutputs(ctx, n, &ok));
     if (!go.scalar<bool>()()) return;
@@ -106,14 +133,16 @@ class ApplyTablesOp : public UpdateKernel {
     std::vector<absl::Status> refused(n);
     std::vector<char> finite_gradient(n, 1);
     ApplyAllOrNothing(ctx, rule_, parts, targets, ok, [&](int k) {
-      const Tensor& positions = ctx->input(num_vars + 2 * n + k);
+      const Tensor& positions = ctx->input(first_positions + k);
       const int64_t* pos = positions.flat<int64_t>().data();
       const int64_t looked_up = positions.dim_size(0);
       refused[k] = CheckPositions(pos, looked_up, parts[k].u,
                                   table_names_[k]);
       if (!refused[k].ok()) return false;
       float* summed = sums[k].flat<float>().data();
-      SumRows(parts[k].rows, pos, looked_up, parts[k].u, dims[k], summed);
+      SumRowPieces(piece_rows[k].data(), piece_sizes[k].data(),
+                   static_cast<int>(piece_rows[k].size()), pos, parts[k].u,
+                   dims[k], summed);
       parts[k].rows = summed;
       finite_gradient[k] = AllFinite(summed, parts[k].u * dims[k]);
       return finite_gradient[k] != 0;
@@ -132,6 +161,57 @@ class ApplyTablesOp : public UpdateKernel {
                ? 1 : 0;
   }
 
+  // The gradients' inputs beyond one per table (pieces).
+  static int ExtraPieces(OpKernelConstruction* ctx) {
+    int gradients = 0, tables = 0;
+    if (!ctx->GetAttr("num_gradients", &gradients).ok() ||
+        !ctx->GetAttr("num_tables", &tables).ok()) {
+      return 0;
+    }
+    return gradients - tables;
+  }
+
+  // Each table's gradient pieces (per-id rows): their rows and sizes, and
+  // the table's width; all of a table's pieces `dim` wide, as many rows in
+  // all as its positions.
+  absl::Status ReadPieces(OpKernelContext* ctx, int first_grads,
+                          int first_positions, std::vector<int64_t>* dims,
+                          std::vector<std::vector<const float*>>* rows,
+                          std::vector<std::vector<int64_t>>* sizes) const {
+    int input = first_grads;
+    for (int k = 0; k < num_parts_; ++k) {
+      const Tensor& positions = ctx->input(first_positions + k);
+      if (positions.dims() != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Table `", table_names_[k], "`: positions must be a vector; got ",
+            positions.shape().DebugString()));
+      }
+      int64_t total = 0, dim = -1;
+      for (int p = 0; p < pieces_[k]; ++p, ++input) {
+        const Tensor& grads = ctx->input(input);
+        if (grads.dims() != 2 || (dim >= 0 && grads.dim_size(1) != dim)) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "Table `", table_names_[k], "`: gradient piece ", p,
+              " of shape ", grads.shape().DebugString(), " is not a matrix ",
+              dim >= 0 ? absl::StrCat(dim, " wide") : std::string()));
+        }
+        dim = grads.dim_size(1);
+        total += grads.dim_size(0);
+        (*rows)[k].push_back(grads.flat<float>().data());
+        (*sizes)[k].push_back(grads.dim_size(0));
+      }
+      if (total != positions.dim_size(0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Table `", table_names_[k], "`: ", positions.dim_size(0),
+            " ids looked up but gradients of ", total, " rows"));
+      }
+      dims->push_back(dim);
+    }
+    return absl::OkStatus();
+  }
+
+  std::vector<int> pieces_;
+  int num_gradients_ = 0;
   bool per_id_ = false;
   bool raise_ = false;
 };
@@ -141,7 +221,7 @@ class ApplyTablesOp : public UpdateKernel {
 REGISTER_OP("TfembApplyTables")
     .Input("variables: num_variables * resource")  // per table, in order
     .Input("ids: num_tables * int64")
-    .Input("gradients: num_tables * float")
+    .Input("gradients: num_gradients * float")  // per table, in pieces
     .Input("positions: num_positions * int64")  // none, or one per table
     .Input("learning_rates: num_tables * float")
     .Input("gradients_finite: bool")
@@ -149,6 +229,8 @@ REGISTER_OP("TfembApplyTables")
     .Attr("num_variables: int >= 1")
     .Attr("num_tables: int >= 1")
     .Attr("num_positions: int >= 0 = 0")
+    .Attr("num_gradients: int >= 1")
+    .Attr("gradient_pieces: list(int) = []")  // per table; [] one each
     .Attr("table_names: list(string)")  // one per table
     .Attr("rule: string")
     .Attr("hyperparameters: list(float)")
@@ -168,22 +250,34 @@ REGISTER_OP("TfembApplyTables")
             "num_positions: 0 or one per table (", tables, "); got ",
             positions));
       }
-      const int first = c->num_inputs() - 1 - 3 * tables - positions;
+      int gradients;
+      std::vector<int> pieces;
+      TF_RETURN_IF_ERROR(c->GetAttr("num_gradients", &gradients));
+      TF_RETURN_IF_ERROR(c->GetAttr("gradient_pieces", &pieces));
+      if (pieces.empty()) pieces.assign(tables, 1);
+      const int first = c->num_inputs() - 1 - 2 * tables - gradients -
+                        positions;
+      const int first_grads = first + tables;
+      const int first_positions = first_grads + gradients;
+      int grads_in = first_grads;
       for (int k = 0; k < tables; ++k) {
         ShapeHandle ids, grads, lr;
         TF_RETURN_IF_ERROR(c->WithRank(c->input(first + k), 1, &ids));
-        TF_RETURN_IF_ERROR(
-            c->WithRank(c->input(first + tables + k), 2, &grads));
-        ShapeHandle rows_of = ids;  // the gradients' rows: the distinct ids
-        if (positions > 0) {  // or the ids looked up
-          TF_RETURN_IF_ERROR(
-              c->WithRank(c->input(first + 2 * tables + k), 1, &rows_of));
+        for (int p = 0; p < pieces[k]; ++p) {
+          TF_RETURN_IF_ERROR(c->WithRank(c->input(grads_in++), 2, &grads));
         }
-        DimensionHandle rows;
-        TF_RETURN_IF_ERROR(
-            c->Merge(c->Dim(rows_of, 0), c->Dim(grads, 0), &rows));
+        if (pieces[k] == 1) {  // its rows: the distinct ids, or the ids
+          ShapeHandle rows_of = ids;  // looked up
+          if (positions > 0) {
+            TF_RETURN_IF_ERROR(
+                c->WithRank(c->input(first_positions + k), 1, &rows_of));
+          }
+          DimensionHandle rows;
+          TF_RETURN_IF_ERROR(
+              c->Merge(c->Dim(rows_of, 0), c->Dim(grads, 0), &rows));
+        }
         TF_RETURN_IF_ERROR(c->WithRank(
-            c->input(first + 2 * tables + positions + k), 0, &lr));
+            c->input(first_positions + positions + k), 0, &lr));
       }
       ShapeHandle unused;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(c->num_inputs() - 1), 0,

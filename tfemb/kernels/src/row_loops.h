@@ -62,27 +62,40 @@ constexpr int64_t Width(int64_t dim) {
 // lookup numbers the distinct ids in the order they first occur, so each
 // row's first sum is written while the row is in the cache, with no pass
 // of zeros before (any other order of positions gets the same sums).
-inline void SumRows(const float* g, const int64_t* pos, int64_t n, int64_t u,
-                    int64_t dim, float* sums) {
+//
+// SumRowPieces: the same over g given in `pieces` parts, g's rows being
+// the parts' rows one after the other (rows[p] in part p), without
+// joining them first: the sums are SumRows' on their concatenation.
+inline void SumRowPieces(const float* const* g, const int64_t* rows,
+                         int pieces, const int64_t* pos, int64_t u,
+                         int64_t dim, float* sums) {
   WithWidth(dim, [&](auto width) {
     const int64_t w = Width<decltype(width)::value>(dim);
     int64_t started = 0;  // rows [0, started) hold a sum or zeros
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t at = pos[i];
-      float* __restrict row = sums + at * w;
-      const float* __restrict x = g + i * w;
-      if (at < started) {
-        for (int64_t d = 0; d < w; ++d) row[d] += x[d];
-        continue;
+    for (int p = 0; p < pieces; ++p) {
+      const float* piece = g[p];
+      for (int64_t j = 0; j < rows[p]; ++j) {
+        const int64_t at = *pos++;
+        float* __restrict row = sums + at * w;
+        const float* __restrict x = piece + j * w;
+        if (at < started) {
+          for (int64_t d = 0; d < w; ++d) row[d] += x[d];
+          continue;
+        }
+        // Rows the ids skipped (in another order than the lookup's)
+        // zeroed; the first sum is 0 + x, as after zeroing (-0 becomes +0).
+        std::fill(sums + started * w, row, 0.0f);
+        for (int64_t d = 0; d < w; ++d) row[d] = 0.0f + x[d];
+        started = at + 1;
       }
-      // Rows the ids skipped (in another order than the lookup's) zeroed;
-      // the first sum is 0 + x, as after zeroing (-0 becomes +0).
-      std::fill(sums + started * w, row, 0.0f);
-      for (int64_t d = 0; d < w; ++d) row[d] = 0.0f + x[d];
-      started = at + 1;
     }
     std::fill(sums + started * w, sums + u * w, 0.0f);  // rows no id reached
   });
+}
+
+inline void SumRows(const float* g, const int64_t* pos, int64_t n, int64_t u,
+                    int64_t dim, float* sums) {
+  SumRowPieces(&g, &n, 1, pos, u, dim, sums);
 }
 
 }  // namespace tfemb

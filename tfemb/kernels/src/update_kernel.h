@@ -377,8 +377,11 @@ inline void ApplyAllOrNothing(OpKernelContext* ctx, const RuleAttrs& rule,
 // table's).
 class UpdateKernel : public OpKernel {
  protected:
+  // `extra_inputs`: inputs beyond the variables, `inputs_per_part` per
+  // part and the last one (TfembApplyTables' gradients in pieces).
   UpdateKernel(OpKernelConstruction* ctx, const char* count,
-               int inputs_per_part, bool variables_per_part)
+               int inputs_per_part, bool variables_per_part,
+               int extra_inputs = 0)
       : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("table_names", &table_names_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr(count, &num_parts_));
@@ -386,7 +389,8 @@ class UpdateKernel : public OpKernel {
                 absl::InvalidArgumentError("table_names: one name per part"));
     OP_REQUIRES_OK(ctx, rule_.Read(ctx));
     const int sets = variables_per_part ? num_parts_ : 1;
-    OP_REQUIRES(ctx, ctx->num_inputs() - 1 - inputs_per_part * num_parts_ ==
+    OP_REQUIRES(ctx, ctx->num_inputs() - 1 - extra_inputs -
+                             inputs_per_part * num_parts_ ==
                          sets * rule_.VariablesPerTable(),
                 absl::InvalidArgumentError(
                     "wrong number of variables for " + rule_.name));
