@@ -31,15 +31,18 @@ def lookups(config: resolution.Resolved, features: Any, weights: Any,
   limit is held."""
   feature_ids, _, flat_weights = feeding.flat_inputs(
       config, features, weights, False)
-  flat, flat_weights = zip(*(
-      input_rules.prepare(path, feature, x, w) for path, feature, x, w in zip(
-          config.paths, config.features, nest.flatten(features),
-          flat_weights)))
   regular = [i for i in feature_ids if i not in combiners.features]
+  global_part = global_part and id_limits is None
+  flat, flat_weights = zip(*(
+      input_rules.prepare(path, feature, x, w,
+                          cast_ids=not (global_part and i in regular))
+      for i, (path, feature, x, w) in enumerate(zip(
+          config.paths, config.features, nest.flatten(features),
+          flat_weights))))
   by_feature = dict(zip(regular, feeding.lookups(
       config, regular, [flat[i] for i in regular],
       [flat_weights[i] for i in regular], input_dtypes.V2, False,
-      output_shapes, global_part and id_limits is None)))
+      output_shapes, global_part)))
   combined, kept = combiners.lookup(flat, flat_weights, output_shapes)
   by_feature.update(combined)
   if id_limits is not None:

@@ -77,10 +77,13 @@ def _dense(path: str, x: tf.Tensor, w: Optional[tf.Tensor],
 
 
 def prepare(path: str, feature: Any, x: Any, w: Any,
-            any_batch: bool = False) -> Tuple[Any, Any]:
+            any_batch: bool = False, cast_ids: bool = True) -> Tuple[Any, Any]:
   """`(ids, weights)` of one feature as the host engine takes them.
   `any_batch`: a dense input may hold any number of samples (a serving
-  export's batch), not only `output_shape`'s.
+  export's batch), not only `output_shape`'s. `cast_ids=False`: dense ids
+  are left for `inputs.to_lookup` to cast (a replica's part of the global
+  batch, cast once for every replica's: its `global_part`); ids no cast
+  takes are refused here all the same.
 
   Casts the ids to int32 and the weights to float32, as TensorFlow does
   (`tfemb.input_dtypes.V2`). Raises TensorFlow's `TPUEmbeddingV2` errors,
@@ -99,7 +102,10 @@ def prepare(path: str, feature: Any, x: Any, w: Any,
                      f"got {type(w)}")
   # int32 ids, float32 weights, as TensorFlow casts them for the SparseCore.
   where = validation.feature(path, feature.table.name)
-  x = input_dtypes.V2.cast_ids(where, x, kind.lower())
+  if cast_ids or kind != "Tensor" or w is not None:
+    x = input_dtypes.V2.cast_ids(where, x, kind.lower())
+  else:
+    input_dtypes.V2.deferred_id_cast(where, x)
   if w is not None:
     w = input_dtypes.V2.cast_weights(where, w, kind.lower())
   if kind != "Tensor":
