@@ -284,6 +284,7 @@ class HostEmbedding(core.Engine):
     later batches too where `rules.fixes_shapes`): `forward`'s first half,
     which the TPU protocol's `enqueue` runs."""
     config = self._core.config
+    global_part = self._core.looks_up_globally()
     with self._core.reading_inputs():
       feature_ids, flat, flat_weights = feeding.flat_inputs(
           config, features, weights, False)
@@ -302,7 +303,7 @@ class HostEmbedding(core.Engine):
                    for x in flat]
         lookups = feeding.lookups(config, feature_ids, flat, flat_weights,
                                   input_dtypes.V1, serving,
-                                  global_part=self._core.looks_up_globally())
+                                  global_part=global_part)
         incoming = [shapes.of_input(x, f, s)
                     for x, f, s in zip(flat, config.features, serving)]
     self._maybe_build()  # outside the inputs' device: the tables have theirs
@@ -314,7 +315,7 @@ class HostEmbedding(core.Engine):
         shapes.check_fully_defined(config.paths, output_shapes)
         lookups = feeding.lookups(config, feature_ids, flat, flat_weights,
                                   input_dtypes.V1, False, list(output_shapes),
-                                  self._core.looks_up_globally())
+                                  global_part)
       return self._core.gather(feature_ids, lookups), output_shapes
 
   def activate(self, batch: step.Batch, output_shapes):

@@ -115,7 +115,7 @@ def activations(config: resolution.Resolved, share: Share,
       dim = config.features[feature].table.dim
       own = [r[k] for r in share.whole.replicas]
       for r, (lookup, part) in enumerate(zip(own, tf.split(
-          _rows_of(feature_rows, dim), _counts(own)))):
+          step.as_rows(feature_rows, dim), _counts(own)))):
         out[r].append(_shaped(part, lookup, dim,
                               static_shapes[feature] if static_shapes
                               else None))
@@ -143,13 +143,6 @@ def _counts(lookups: Sequence[inputs.Lookup]):
   if None not in static:
     return static
   return tf.stack([tf.cast(l.num_segments, tf.int64) for l in lookups])
-
-
-def _rows_of(x, dim: int):
-  """`x` as rows of `dim` values (`[-1, dim]`), without an op if it is."""
-  if x.shape.rank == 2 and x.shape[-1] == dim:
-    return x
-  return tf.reshape(x, [-1, dim])
 
 
 def _shaped(rows, lookup: inputs.Lookup, dim: int, static):
@@ -190,7 +183,7 @@ def apply(config: resolution.Resolved, share: Share, flat_grads,
       # are, or joins them where it must (`step._entry_gradients`).
       global_grads.append([
           tf.zeros([tf.cast(r[k].num_segments, tf.int32), dim], tf.float32)
-          if g is None else _rows_of(g, dim)
+          if g is None else step.as_rows(g, dim)
           for g, r in zip(grads, share.whole.replicas)])
     step.apply(config, share.whole.batch, global_grads, policy, more,
                loss_scaled)

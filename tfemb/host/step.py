@@ -143,11 +143,11 @@ def _entry_gradients(config, table_batch, batch: Batch, flat_grads,
     if grad is None:
       entry_grads.append(tf.zeros([tf.size(lookup.ids), dim], tf.float32))
       continue
-    pieces = list(grad) if isinstance(grad, list) else [grad]
+    pieces = [as_rows(p, dim)
+              for p in (grad if isinstance(grad, list) else [grad])]
     if len(pieces) > 1 and not (keep_pieces and lookup.segments is None and
                                 lookup.scales is None):
-      pieces = [tf.concat([_as_rows(p, dim) for p in pieces], axis=0)]
-    pieces = [_as_rows(p, dim) for p in pieces]
+      pieces = [tf.concat(pieces, axis=0)]
     shape_checks = validation.gradient_rows(
         config.paths[i], config.features[i].table.name, pieces,
         lookup.num_segments)
@@ -169,7 +169,7 @@ def _entry_gradients(config, table_batch, batch: Batch, flat_grads,
   return entry_grads, checks
 
 
-def _as_rows(x, dim: int):
+def as_rows(x, dim: int):
   """`x` as rows of `dim` values, without an op where it is."""
   if x.shape.rank == 2 and x.shape[-1] == dim:
     return x
